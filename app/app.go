@@ -1,0 +1,133 @@
+// Package app is Inloop's composition root: it opens the compute backend and
+// (as they arrive) the data directory, store, model registry and job runner, and it
+// runs every job the user can start, from the command line or from the GUI alike.
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"sort"
+	"strings"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+	_ "github.com/inloop/inloop/mlxbridge/cpu" // registers the "cpu" backend
+)
+
+// command is one headless job.
+type command struct {
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{}
+
+func register(c command) { commands[c.name] = c }
+
+// Main runs the command line; it returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		// The window arrives with the ui package; until then the default job reports
+		// what this machine can run.
+		args = []string{"doctor"}
+	}
+	name := args[0]
+	if name == "-h" || name == "--help" || name == "help" {
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "inloop: unknown command %q\n\n", name)
+		usage(stderr)
+		return 2
+	}
+	if err := c.run(args[1:], stdout, stderr); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintf(stderr, "inloop %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: inloop [command] [flags]")
+	fmt.Fprintln(w, "\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'inloop COMMAND -h' for a command's flags.")
+}
+
+// newFlags makes a flag set whose errors and help go to stderr.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("inloop "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// openBackend opens the backend named by --backend (auto|cpu|mlx).
+func openBackend(name string) (mx.Backend, error) {
+	b, err := mx.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	mx.SetDefault(b)
+	return b, nil
+}
+
+func init() {
+	register(command{name: "doctor", summary: "report the compute backends and check that this machine computes correctly", run: doctor})
+}
+
+func doctor(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("doctor", stderr)
+	backend := fs.String("backend", "auto", "compute backend: auto, cpu or mlx")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Inloop on %s/%s, %d cores\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Fprintf(stdout, "backends registered: %s\n", strings.Join(mx.Backends(), ", "))
+	b, err := openBackend(*backend)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backend in use: %s\n", b.Name())
+	// A tiny real computation with a known answer and a gradient, so a broken BLAS
+	// or backend shows up here rather than as a strange training curve.
+	x := mx.FromFloat32([]float32{1, 2, 3, 4}, 2, 2)
+	outs, grads, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array {
+		return []*mx.Array{mx.Sum(mx.Square(mx.Matmul(p[0], p[0])), nil, false)}
+	}, []*mx.Array{x})
+	if err != nil {
+		return fmt.Errorf("self-check: %w", err)
+	}
+	// (x·x) = [[7 10] [15 22]], Σ squares = 49+100+225+484 = 858.
+	v, err := outs[0].Item()
+	if err != nil || v != 858 {
+		return fmt.Errorf("self-check: Σ(x·x)² = %v (%v), want 858", v, err)
+	}
+	g, err := grads[0].Float32s()
+	if err != nil {
+		return fmt.Errorf("self-check: %w", err)
+	}
+	// d/dx Σ(x·x)² = G·xᵀ + xᵀ·G with G = 2·x·x.
+	for i, want := range []float32{158, 274, 266, 482} {
+		if g[i] != want {
+			return fmt.Errorf("self-check: gradient %v, want [158 274 266 482]", g)
+		}
+	}
+	fmt.Fprintf(stdout, "self-check: matmul, reduction and gradient ok\n")
+	if active, peak, ok := mx.Memory(b); ok {
+		fmt.Fprintf(stdout, "memory: %.2f MiB active, %.2f MiB peak\n", float64(active)/(1<<20), float64(peak)/(1<<20))
+	}
+	return nil
+}

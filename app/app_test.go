@@ -1,0 +1,29 @@
+package app
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestDoctor(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"doctor", "--backend", "cpu"}, &out, &errb); code != 0 {
+		t.Fatalf("doctor exited %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"backend in use: cpu", "self-check: matmul, reduction and gradient ok"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
+		t.Errorf("got exit %d, stderr %q; want 2 and an unknown-command message", code, errb.String())
+	}
+	if code := Main([]string{"doctor", "--backend", "nope"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "unknown backend") {
+		t.Errorf("bad backend: got exit %d, stderr %q", code, errb.String())
+	}
+}

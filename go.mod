@@ -1,0 +1,3 @@
+module github.com/inloop/inloop
+
+go 1.26

@@ -1,0 +1,256 @@
+package mlxbridge
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+)
+
+// Handle is a backend's own representation of an array's data. This package never
+// looks inside it; it only passes it back to the backend that made it.
+type Handle any
+
+// ErrUnavailable is returned by a backend's opener when it cannot run on this machine
+// (for example, libmlxc is not installed). "auto" then falls back to the next backend.
+var ErrUnavailable = errors.New("mlxbridge: backend unavailable")
+
+// UnaryOp names an elementwise op with one input.
+type UnaryOp uint8
+
+const (
+	OpNeg UnaryOp = iota
+	OpExp
+	OpLog
+	OpSqrt
+	OpRsqrt
+	OpSilu
+	OpGelu       // exact: x·Φ(x)
+	OpGeluApprox // tanh approximation
+	OpSigmoid
+	OpTanh
+	OpAbs
+	OpSquare
+	OpSign
+	OpSiluGrad       // d silu(x)/dx
+	OpGeluGrad       // d gelu(x)/dx
+	OpGeluApproxGrad // d gelu_approx(x)/dx
+)
+
+// BinaryOp names an elementwise op with two broadcast inputs.
+type BinaryOp uint8
+
+const (
+	OpAdd BinaryOp = iota
+	OpSub
+	OpMul
+	OpDiv
+	OpMaximum
+	OpMinimum
+	OpPower
+	OpGreater      // comparisons give Bool
+	OpGreaterEqual // ...
+	OpLess
+	OpEqual
+)
+
+func (op BinaryOp) isCompare() bool { return op >= OpGreater }
+
+// ReduceOp names a reduction over axes.
+type ReduceOp uint8
+
+const (
+	ReduceSum ReduceOp = iota
+	ReduceMax
+	ReduceMin
+)
+
+// Backend is the small interface every backend implements. Arguments arrive
+// validated: shapes fit, axes are normalized, out shapes are computed, and every
+// *Array argument was made by this backend. Float arrays hold Float32, Float16 or
+// BFloat16; integer kernels are needed only where a method says so.
+type Backend interface {
+	Name() string
+
+	// FromData copies data ([]float32 for float dtypes, []int32, []uint32, or []uint8
+	// for Uint8 and Bool) into a new array of the given dtype and shape.
+	FromData(dt DType, shape []int, data any) (Handle, error)
+	// Data copies an array out, in the Go slice type FromData takes.
+	Data(a *Array) (any, error)
+
+	Unary(op UnaryOp, x *Array) (Handle, error)
+	Binary(op BinaryOp, a, b *Array, out []int, dt DType) (Handle, error)
+	// Reduce reduces the sorted axes and keeps them as size 1.
+	Reduce(op ReduceOp, x *Array, axes []int) (Handle, error)
+	ArgMax(x *Array, axis int) (Handle, error) // Int32, axis kept as size 1
+	// MatMul multiplies the last two axes, batch axes broadcast to out[:len(out)-2].
+	// transA/transB use a's or b's last two axes transposed without a copy.
+	MatMul(a, b *Array, transA, transB bool, out []int) (Handle, error)
+
+	Reshape(x *Array, shape []int) (Handle, error)
+	Transpose(x *Array, perm []int) (Handle, error)
+	Broadcast(x *Array, shape []int) (Handle, error)
+	Slice(x *Array, start, step, out []int) (Handle, error)
+	// SliceUpdate returns dst with the strided window at start replaced by src.
+	SliceUpdate(dst, src *Array, start, step []int) (Handle, error)
+	Concatenate(xs []*Array, axis int, out []int) (Handle, error)
+	// Take gathers along axis with Int32/Uint32 indices; out = x.shape[:axis]+idx.shape+x.shape[axis+1:].
+	Take(x, idx *Array, axis int) (Handle, error)
+	// TakeAlongAxis picks idx (same rank as x, broadcastable on other axes) along axis.
+	TakeAlongAxis(x, idx *Array, axis int, out []int) (Handle, error)
+	// ScatterAdd is Take's adjoint: zeros of shape, then upd's slices added at idx along axis.
+	ScatterAdd(upd, idx *Array, axis int, shape []int) (Handle, error)
+	// ScatterAddAlongAxis is TakeAlongAxis's adjoint.
+	ScatterAddAlongAxis(upd, idx *Array, axis int, shape []int) (Handle, error)
+	Where(cond, a, b *Array, out []int, dt DType) (Handle, error)
+	AsType(x *Array, dt DType) (Handle, error)
+}
+
+// Optional abilities. A backend that has a fused kernel implements the interface;
+// otherwise this package composes the op from the required ones (compose.go).
+type (
+	// Evaluator is implemented by lazy backends: Eval computes the arrays now.
+	Evaluator interface{ Eval(xs ...*Array) error }
+	// Softmaxer computes softmax along the last axis.
+	Softmaxer interface {
+		Softmax(x *Array) (Handle, error)
+	}
+	// LogSumExper reduces the last axis, keeping it as size 1.
+	LogSumExper interface {
+		LogSumExp(x *Array) (Handle, error)
+	}
+	// RMSNormer normalizes the last axis: x * rsqrt(mean(x^2)+eps) * w.
+	RMSNormer interface {
+		RMSNorm(x, w *Array, eps float32) (Handle, error)
+	}
+	// RoPEr rotates the first dims of the last axis; positions run along axis -2 from offset.
+	RoPEr interface {
+		RoPE(x *Array, o RoPEOptions) (Handle, error)
+	}
+	// SDPAer computes attention for q (B,Hq,L,D), k,v (B,Hkv,S,D) with Hq a multiple of Hkv.
+	SDPAer interface {
+		SDPA(q, k, v *Array, scale float32, causal bool, mask *Array) (Handle, error)
+	}
+	// QuantizedMatMuler computes x @ dequant(w).T (transpose) or x @ dequant(w).
+	QuantizedMatMuler interface {
+		QuantizedMatMul(x, w, scales, biases *Array, transpose bool, groupSize, bits int, out []int) (Handle, error)
+	}
+	// Grader is implemented by backends with their own autodiff (MLX).
+	Grader interface {
+		ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grads []*Array, err error)
+	}
+	// MemoryReporter reports bytes held by the backend.
+	MemoryReporter interface{ Memory() (active, peak int64) }
+)
+
+// Opener makes a backend, or returns an error wrapping ErrUnavailable.
+type Opener func() (Backend, error)
+
+var (
+	regMu    sync.Mutex
+	openers  = map[string]Opener{}
+	priority = map[string]int{}
+	opened   = map[string]Backend{}
+	def      Backend
+)
+
+// Register makes a backend available by name. Higher priority wins under "auto".
+// It is meant to be called from a backend package's init.
+func Register(name string, prio int, open Opener) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := openers[name]; dup {
+		panic("mlxbridge: Register called twice for " + name)
+	}
+	openers[name] = open
+	priority[name] = prio
+}
+
+// Backends lists the registered backend names, best first.
+func Backends() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	names := make([]string, 0, len(openers))
+	for n := range openers {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if priority[names[i]] != priority[names[j]] {
+			return priority[names[i]] > priority[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	return names
+}
+
+// Open returns the named backend, opening it once. "auto" (or "") tries every
+// registered backend best first and returns the first that opens; the environment
+// variable INLOOP_BACKEND overrides "auto".
+func Open(name string) (Backend, error) {
+	if name == "" || name == "auto" {
+		if env := os.Getenv("INLOOP_BACKEND"); env != "" && env != "auto" {
+			return Open(env)
+		}
+		var errs []error
+		for _, n := range Backends() {
+			b, err := Open(n)
+			if err == nil {
+				return b, nil
+			}
+			errs = append(errs, err)
+		}
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("mlxbridge: no backend registered (import mlxbridge/cpu)")
+		}
+		return nil, errors.Join(errs...)
+	}
+	regMu.Lock()
+	defer regMu.Unlock()
+	if b, ok := opened[name]; ok {
+		return b, nil
+	}
+	open, ok := openers[name]
+	if !ok {
+		return nil, fmt.Errorf("mlxbridge: unknown backend %q", name)
+	}
+	b, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("mlxbridge: backend %s: %w", name, err)
+	}
+	opened[name] = b
+	return b, nil
+}
+
+// SetDefault makes b the backend that constructors without an explicit backend use.
+func SetDefault(b Backend) {
+	regMu.Lock()
+	def = b
+	regMu.Unlock()
+}
+
+// Default returns the default backend, opening "auto" on first use. It panics only
+// when no backend is registered at all, which is a build mistake.
+func Default() Backend {
+	regMu.Lock()
+	b := def
+	regMu.Unlock()
+	if b != nil {
+		return b
+	}
+	b, err := Open("auto")
+	if err != nil {
+		panic(err)
+	}
+	SetDefault(b)
+	return b
+}
+
+// Memory reports the bytes a backend holds, where it can tell.
+func Memory(b Backend) (active, peak int64, ok bool) {
+	if m, ok := b.(MemoryReporter); ok {
+		a, p := m.Memory()
+		return a, p, true
+	}
+	return 0, 0, false
+}

@@ -1,0 +1,91 @@
+package bridgetest
+
+import (
+	"math"
+	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/quant"
+)
+
+// quantized checks Quantize against the reference packing in package quant, the
+// round trip error per bit width, and QuantizedMatmul against Dequantize + Matmul.
+func (s *suite) quantized(t *testing.T) {
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, group := range []int{32, 64, 128} {
+			w := s.randn(uint64(bits*1000+group), 4, 256)
+			wq, sc, bi := mx.Quantize(w, group, bits)
+			if err := mx.Eval(wq, sc, bi); err != nil {
+				t.Fatalf("quantize %d-bit group %d: %v", bits, group, err)
+			}
+			if got, want := wq.Shape(), []int{4, 256 * bits / 32}; got[1] != want[1] || wq.DType() != mx.Uint32 {
+				t.Errorf("quantize %d-bit: packed %v %s, want %v uint32", bits, got, wq.DType(), want)
+			}
+			wv, _ := w.Float32s()
+			pk, ss, bb, err := quant.Quantize(wv, 4, 256, group, bits, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotPk, _ := wq.Uint32s()
+			for i := range pk {
+				if gotPk[i] != pk[i] {
+					t.Fatalf("quantize %d-bit group %d: word %d is %#x, reference %#x", bits, group, i, gotPk[i], pk[i])
+				}
+			}
+			expect(t, "scales", sc, []int{4, 256 / group}, f64(ss), 0, 0)
+			expect(t, "biases", bi, []int{4, 256 / group}, f64(bb), 0, 0)
+			// Inside a group's grid, |w − deq(q(w))| ≤ |scale|/2; outside it (the scale
+			// is refitted so that 0 or the edge is exact) w clips to the grid's end.
+			deq := get(t, mx.Dequantize(wq, sc, bi, group, bits))
+			sv, bv := get(t, sc), get(t, bi)
+			top := float64(int(1)<<bits - 1)
+			for i, v := range deq {
+				s, b := sv[i/group], bv[i/group]
+				lo, hi := math.Min(b, b+top*s), math.Max(b, b+top*s)
+				w := math.Min(math.Max(float64(wv[i]), lo), hi)
+				lim := 1e-5
+				if w == float64(wv[i]) {
+					lim += math.Abs(s) / 2
+				}
+				if d := math.Abs(v - w); d > lim {
+					t.Fatalf("%d-bit group %d: element %d: %g dequantizes to %g, off by %g > %g", bits, group, i, wv[i], v, d, lim)
+				}
+			}
+			// The fused product equals the dequantized one, both ways round.
+			for _, m := range []int{1, 3} {
+				x := s.randn(uint64(m), m, 256)
+				want := get(t, mx.MatmulT(x, mx.Dequantize(wq, sc, bi, group, bits), false, true))
+				expect(t, "quantized_matmul", mx.QuantizedMatmul(x, wq, sc, bi, true, group, bits), []int{m, 4}, want, 1e-4, 1e-4)
+				xt := s.randn(uint64(m+7), m, 4)
+				want = get(t, mx.Matmul(xt, mx.Dequantize(wq, sc, bi, group, bits)))
+				expect(t, "quantized_matmul untransposed", mx.QuantizedMatmul(xt, wq, sc, bi, false, group, bits), []int{m, 256}, want, 1e-4, 1e-4)
+			}
+		}
+	}
+	// Batched input and a bf16 weight: scales and biases keep the weight's dtype.
+	w := mx.AsType(s.randn(5, 8, 64), mx.BFloat16)
+	wq, sc, bi := mx.Quantize(w, 64, 8)
+	if sc.DType() != mx.BFloat16 || bi.DType() != mx.BFloat16 {
+		t.Errorf("quantize bf16: scales %s biases %s, want bfloat16", sc.DType(), bi.DType())
+	}
+	x := s.randn(6, 2, 3, 64)
+	want := get(t, mx.MatmulT(x, mx.AsType(mx.Dequantize(wq, sc, bi, 64, 8), mx.Float32), false, true))
+	expect(t, "quantized_matmul batched", mx.QuantizedMatmul(x, wq, sc, bi, true, 64, 8), []int{2, 3, 8}, want, 1e-4, 1e-4)
+
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"bits", firstErr(mx.Quantize(s.randn(1, 2, 64), 64, 7))},
+		{"group", firstErr(mx.Quantize(s.randn(1, 2, 64), 48, 4))},
+		{"cols", firstErr(mx.Quantize(s.randn(1, 2, 96), 64, 4))},
+		{"int input", mx.QuantizedMatmul(s.randn(1, 2, 32), wq, sc, bi, true, 64, 8).Err()},
+		{"scales shape", mx.QuantizedMatmul(s.randn(1, 2, 64), wq, mx.Reshape(sc, 1, 8), bi, true, 64, 8).Err()},
+	} {
+		if c.err == nil {
+			t.Errorf("quantize %s: no error", c.name)
+		}
+	}
+}
+
+func firstErr(a, b, c *mx.Array) error { return a.Err() }

@@ -1,0 +1,226 @@
+package bridgetest
+
+import (
+	"math"
+	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// reference checks ops on random inputs against plain float64 loops written here.
+func (s *suite) reference(t *testing.T) {
+	const atol, rtol = 1e-4, 1e-4
+
+	// Batched matmul with broadcast batch axes and every transpose combination.
+	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+		ash, bsh := []int{2, 1, 3, 4}, []int{3, 4, 5}
+		if tr[0] {
+			ash = []int{2, 1, 4, 3}
+		}
+		if tr[1] {
+			bsh = []int{3, 5, 4}
+		}
+		a, b := s.randn(1, ash...), s.randn(2, bsh...)
+		av, bv := get(t, a), get(t, b)
+		want := make([]float64, 2*3*3*5)
+		for p := 0; p < 2; p++ {
+			for q := 0; q < 3; q++ {
+				for i := 0; i < 3; i++ {
+					for j := 0; j < 5; j++ {
+						var sum float64
+						for k := 0; k < 4; k++ {
+							ai := p*12 + i*4 + k
+							if tr[0] {
+								ai = p*12 + k*3 + i
+							}
+							bi := q*20 + k*5 + j
+							if tr[1] {
+								bi = q*20 + j*4 + k
+							}
+							sum += av[ai] * bv[bi]
+						}
+						want[((p*3+q)*3+i)*5+j] = sum
+					}
+				}
+			}
+		}
+		expect(t, "matmul batched", mx.MatmulT(a, b, tr[0], tr[1]), []int{2, 3, 3, 5}, want, atol, rtol)
+	}
+	// The Linear layer's folded path: (B, L, K) @ (N, K)ᵀ.
+	x, w := s.randn(3, 2, 3, 8), s.randn(4, 6, 8)
+	xv, wv := get(t, x), get(t, w)
+	want := make([]float64, 2*3*6)
+	for r := 0; r < 6; r++ {
+		for j := 0; j < 6; j++ {
+			for k := 0; k < 8; k++ {
+				want[r*6+j] += xv[r*8+k] * wv[j*8+k]
+			}
+		}
+	}
+	expect(t, "linear", mx.MatmulT(x, w, false, true), []int{2, 3, 6}, want, atol, rtol)
+
+	// Softmax along a middle axis, and sums over two separated axes.
+	x = s.randn(5, 2, 3, 4)
+	xv = get(t, x)
+	want = make([]float64, 24)
+	for a := 0; a < 2; a++ {
+		for c := 0; c < 4; c++ {
+			var m, z float64 = math.Inf(-1), 0
+			for b := 0; b < 3; b++ {
+				m = math.Max(m, xv[a*12+b*4+c])
+			}
+			for b := 0; b < 3; b++ {
+				z += math.Exp(xv[a*12+b*4+c] - m)
+			}
+			for b := 0; b < 3; b++ {
+				want[a*12+b*4+c] = math.Exp(xv[a*12+b*4+c]-m) / z
+			}
+		}
+	}
+	expect(t, "softmax axis 1", mx.Softmax(x, 1), []int{2, 3, 4}, want, atol, rtol)
+	want = make([]float64, 3)
+	for a := 0; a < 2; a++ {
+		for b := 0; b < 3; b++ {
+			for c := 0; c < 4; c++ {
+				want[b] += xv[a*12+b*4+c]
+			}
+		}
+	}
+	expect(t, "sum axes 0,2", mx.Sum(x, []int{0, 2}, false), []int{3}, want, atol, rtol)
+	want = make([]float64, 4)
+	for c := range want {
+		want[c] = math.Inf(-1)
+		for r := 0; r < 6; r++ {
+			want[c] = math.Max(want[c], xv[r*4+c])
+		}
+	}
+	expect(t, "max axes 0,1", mx.Max(x, []int{0, 1}, false), []int{4}, want, 0, 0)
+	perm := mx.Transpose(x, 2, 0, 1)
+	want = make([]float64, 24)
+	for a := 0; a < 2; a++ {
+		for b := 0; b < 3; b++ {
+			for c := 0; c < 4; c++ {
+				want[c*6+a*3+b] = xv[a*12+b*4+c]
+			}
+		}
+	}
+	expect(t, "transpose 3-d", perm, []int{4, 2, 3}, want, 0, 0)
+
+	// RMSNorm over rows.
+	x, w = s.randn(6, 3, 8), s.randn(7, 8)
+	xv, wv = get(t, x), get(t, w)
+	want = make([]float64, 24)
+	for r := 0; r < 3; r++ {
+		var ss float64
+		for i := 0; i < 8; i++ {
+			ss += xv[r*8+i] * xv[r*8+i]
+		}
+		inv := 1 / math.Sqrt(ss/8+1e-5)
+		for i := 0; i < 8; i++ {
+			want[r*8+i] = xv[r*8+i] * inv * wv[i]
+		}
+	}
+	expect(t, "rms_norm", mx.RMSNorm(x, w, 1e-5), []int{3, 8}, want, atol, rtol)
+
+	// RoPE in both layouts, rotating part of the features, with an offset.
+	for _, trad := range []bool{false, true} {
+		x = s.randn(8, 2, 3, 8)
+		xv = get(t, x)
+		o := mx.RoPEOptions{Dims: 6, Traditional: trad, Base: 10000, Scale: 0.5, Offset: 5}
+		want = ropeRef(xv, 2, 3, 8, o)
+		expect(t, "rope", mx.RoPE(x, o), []int{2, 3, 8}, want, atol, rtol)
+	}
+
+	// Attention with grouped heads, an offset causal mask and an additive mask.
+	q, k, v := s.randn(9, 2, 4, 3, 5), s.randn(10, 2, 2, 6, 5), s.randn(11, 2, 2, 6, 3)
+	mask := s.randn(12, 1, 1, 3, 6)
+	for _, causal := range []bool{false, true} {
+		for _, m := range []*mx.Array{nil, mask} {
+			want := sdpaRef(get(t, q), get(t, k), get(t, v), m, t, 2, 4, 2, 3, 6, 5, 3, 0.4, causal)
+			expect(t, "sdpa", mx.ScaledDotProductAttention(q, k, v, 0.4, causal, m), []int{2, 4, 3, 3}, want, atol, rtol)
+		}
+	}
+
+	// Cross entropy, per position and masked mean.
+	logits := s.randn(13, 2, 3, 7)
+	tg := s.ints([]int32{0, 6, 3, 2, 2, 5}, 2, 3)
+	lv := get(t, logits)
+	ce := make([]float64, 6)
+	for r, c := range []int{0, 6, 3, 2, 2, 5} {
+		row := lv[r*7 : r*7+7]
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = math.Max(m, v)
+		}
+		var z float64
+		for _, v := range row {
+			z += math.Exp(v - m)
+		}
+		ce[r] = math.Log(z) + m - row[c]
+	}
+	expect(t, "cross_entropy", mx.CrossEntropy(logits, tg), []int{2, 3}, ce, atol, rtol)
+	mk := s.arr([]float32{1, 1, 0, 0, 1, 1}, 2, 3)
+	expect(t, "cross_entropy masked", mx.CrossEntropyMasked(logits, tg, mk), []int{}, []float64{(ce[0] + ce[1] + ce[4] + ce[5]) / 4}, atol, rtol)
+}
+
+func ropeRef(x []float64, rowsOuter, l, d int, o mx.RoPEOptions) []float64 {
+	out := append([]float64(nil), x...)
+	half := o.Dims / 2
+	for r := 0; r < rowsOuter*l; r++ {
+		pos := float64(o.Offset+r%l) * float64(o.Scale)
+		for i := 0; i < half; i++ {
+			th := pos * math.Pow(float64(o.Base), -2*float64(i)/float64(o.Dims))
+			i1, i2 := r*d+i, r*d+i+half
+			if o.Traditional {
+				i1, i2 = r*d+2*i, r*d+2*i+1
+			}
+			out[i1] = x[i1]*math.Cos(th) - x[i2]*math.Sin(th)
+			out[i2] = x[i1]*math.Sin(th) + x[i2]*math.Cos(th)
+		}
+	}
+	return out
+}
+
+func sdpaRef(q, k, v []float64, mask *mx.Array, t *testing.T, b, hq, hkv, l, sl, d, dv int, scale float64, causal bool) []float64 {
+	var mv []float64
+	if mask != nil {
+		mv = get(t, mask) // (1,1,L,S)
+	}
+	out := make([]float64, b*hq*l*dv)
+	for bi := 0; bi < b; bi++ {
+		for h := 0; h < hq; h++ {
+			kh := h / (hq / hkv)
+			for i := 0; i < l; i++ {
+				sc := make([]float64, sl)
+				m := math.Inf(-1)
+				for j := 0; j < sl; j++ {
+					var dot float64
+					for e := 0; e < d; e++ {
+						dot += q[((bi*hq+h)*l+i)*d+e] * k[((bi*hkv+kh)*sl+j)*d+e]
+					}
+					sc[j] = dot * scale
+					if mv != nil {
+						sc[j] += mv[i*sl+j]
+					}
+					if causal && j > i+sl-l {
+						sc[j] = math.Inf(-1)
+					}
+					m = math.Max(m, sc[j])
+				}
+				var z float64
+				for j := range sc {
+					sc[j] = math.Exp(sc[j] - m)
+					z += sc[j]
+				}
+				for e := 0; e < dv; e++ {
+					var acc float64
+					for j := range sc {
+						acc += sc[j] / z * v[((bi*hkv+kh)*sl+j)*dv+e]
+					}
+					out[((bi*hq+h)*l+i)*dv+e] = acc
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,245 @@
+// Package cpu is mlxbridge's portable backend: float32 compute in Go, with matrix
+// products through cblas (OpenBLAS on Linux, Accelerate on macOS) and elementwise,
+// reduction, normalization and attention kernels spread over all cores. It runs
+// everywhere, is the reference the mlx backend is checked against, and is what CI uses.
+//
+// Import it for its side effect of registering the "cpu" backend:
+//
+//	import _ "github.com/inloop/inloop/mlxbridge/cpu"
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+func init() {
+	mx.Register("cpu", 0, func() (mx.Backend, error) { return New(), nil })
+}
+
+// Backend is the cpu backend. Its arrays are immutable contiguous row-major buffers.
+type Backend struct {
+	peak atomic.Int64
+}
+
+// New returns a cpu backend; most code uses mlxbridge.Open("cpu") instead.
+func New() *Backend { return &Backend{} }
+
+func (*Backend) Name() string { return "cpu" }
+
+// buf holds an array's data. Exactly one slice is used, chosen by dtype: f for the
+// float dtypes (Float16/BFloat16 values are kept rounded to their precision), i for
+// Int32, u for Uint32, b for Uint8 and Bool.
+type buf struct {
+	f []float32
+	i []int32
+	u []uint32
+	b []uint8
+}
+
+func fbuf(n int) *buf { return &buf{f: make([]float32, n)} }
+
+func h(a *mx.Array) *buf { return a.Handle().(*buf) }
+
+// Memory reports the Go heap's live bytes, which the cpu backend's arrays dominate,
+// and the largest value seen by any call to Memory so far.
+func (be *Backend) Memory() (active, peak int64) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	active = int64(s[0].Value.Uint64())
+	for {
+		p := be.peak.Load()
+		if active <= p || be.peak.CompareAndSwap(p, active) {
+			return active, max(p, active)
+		}
+	}
+}
+
+func (be *Backend) FromData(dt mx.DType, shape []int, data any) (mx.Handle, error) {
+	switch d := data.(type) {
+	case []float32:
+		return &buf{f: append([]float32(nil), d...)}, nil
+	case []int32:
+		return &buf{i: append([]int32(nil), d...)}, nil
+	case []uint32:
+		return &buf{u: append([]uint32(nil), d...)}, nil
+	case []uint8:
+		return &buf{b: append([]uint8(nil), d...)}, nil
+	}
+	return nil, fmt.Errorf("cpu: unsupported data %T", data)
+}
+
+func (be *Backend) Data(a *mx.Array) (any, error) {
+	b := h(a)
+	switch a.DType() {
+	case mx.Int32:
+		return append([]int32(nil), b.i...), nil
+	case mx.Uint32:
+		return append([]uint32(nil), b.u...), nil
+	case mx.Uint8, mx.Bool:
+		return append([]uint8(nil), b.b...), nil
+	}
+	return append([]float32(nil), b.f...), nil
+}
+
+// Reshape shares the buffer: arrays are immutable and contiguous.
+func (be *Backend) Reshape(x *mx.Array, shape []int) (mx.Handle, error) { return h(x), nil }
+
+// roundTo keeps Float16/BFloat16 results at their storage precision.
+func roundTo(dt mx.DType, v []float32) {
+	if dt != mx.Float16 && dt != mx.BFloat16 {
+		return
+	}
+	r := mx.RoundFloat16
+	if dt == mx.BFloat16 {
+		r = mx.RoundBFloat16
+	}
+	parallel(len(v), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v[i] = r(v[i])
+		}
+	})
+}
+
+var workers = runtime.GOMAXPROCS(0)
+
+// parallel splits [0, n) into contiguous chunks of at least grain items and runs
+// f on them across cores; small jobs run inline.
+func parallel(n, grain int, f func(lo, hi int)) {
+	w := min(workers, n/max(grain, 1))
+	if w <= 1 {
+		if n > 0 {
+			f(0, n)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + w - 1) / w
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// stridesOf returns contiguous row-major strides.
+func stridesOf(shape []int) []int {
+	s := make([]int, len(shape))
+	acc := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = acc
+		acc *= shape[i]
+	}
+	return s
+}
+
+// bstrides aligns shape's strides to out (same or higher rank), 0 on broadcast axes.
+func bstrides(shape, out []int) []int {
+	s := stridesOf(shape)
+	r := make([]int, len(out))
+	lead := len(out) - len(shape)
+	for i := range shape {
+		if shape[i] != 1 || out[lead+i] == 1 {
+			r[lead+i] = s[i]
+		}
+	}
+	return r
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// rows walks the rows (all axes but the last) of shape [lo, hi), giving each row's
+// index and the offsets of len(strides) operands, for an odometer over strided data.
+func rows(shape []int, strides [][]int, base []int, lo, hi int, f func(row int, offs []int)) {
+	nd := len(shape)
+	idx := make([]int, max(nd-1, 0))
+	offs := append([]int(nil), base...)
+	r := lo
+	for d := nd - 2; d >= 0; d-- {
+		idx[d] = r % shape[d]
+		r /= shape[d]
+		for k := range offs {
+			offs[k] += idx[d] * strides[k][d]
+		}
+	}
+	for row := lo; row < hi; row++ {
+		f(row, offs)
+		for d := nd - 2; d >= 0; d-- {
+			idx[d]++
+			for k := range offs {
+				offs[k] += strides[k][d]
+			}
+			if idx[d] < shape[d] {
+				break
+			}
+			for k := range offs {
+				offs[k] -= strides[k][d] * shape[d]
+			}
+			idx[d] = 0
+		}
+	}
+}
+
+// gather copies the strided view (shape, strides from base) of src into contiguous dst.
+func gather[T any](dst, src []T, shape, strides []int, base int) {
+	nd := len(shape)
+	if nd == 0 {
+		dst[0] = src[base]
+		return
+	}
+	inner, is := shape[nd-1], strides[nd-1]
+	if inner == 0 || len(dst) == 0 {
+		return
+	}
+	n := len(dst) / inner
+	parallel(n, max(1, 4096/inner), func(lo, hi int) {
+		rows(shape, [][]int{strides}, []int{base}, lo, hi, func(row int, offs []int) {
+			d, o := dst[row*inner:row*inner+inner], offs[0]
+			if is == 1 {
+				copy(d, src[o:o+inner])
+				return
+			}
+			for j := range d {
+				d[j] = src[o+j*is]
+			}
+		})
+	})
+}
+
+// gatherBuf applies gather to whichever slice the dtype uses.
+func gatherBuf(dt mx.DType, src *buf, n int, shape, strides []int, base int) *buf {
+	switch dt {
+	case mx.Int32:
+		d := make([]int32, n)
+		gather(d, src.i, shape, strides, base)
+		return &buf{i: d}
+	case mx.Uint32:
+		d := make([]uint32, n)
+		gather(d, src.u, shape, strides, base)
+		return &buf{u: d}
+	case mx.Uint8, mx.Bool:
+		d := make([]uint8, n)
+		gather(d, src.b, shape, strides, base)
+		return &buf{b: d}
+	}
+	d := make([]float32, n)
+	gather(d, src.f, shape, strides, base)
+	return &buf{f: d}
+}
+
+var _ mx.Backend = (*Backend)(nil)

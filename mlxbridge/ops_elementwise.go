@@ -1,0 +1,202 @@
+package mlxbridge
+
+import "fmt"
+
+var unaryNames = map[UnaryOp]string{
+	OpNeg: "neg", OpExp: "exp", OpLog: "log", OpSqrt: "sqrt", OpRsqrt: "rsqrt", OpSilu: "silu",
+	OpGelu: "gelu", OpGeluApprox: "gelu_approx", OpSigmoid: "sigmoid", OpTanh: "tanh", OpAbs: "abs",
+	OpSquare: "square", OpSign: "sign", OpSiluGrad: "silu_grad", OpGeluGrad: "gelu_grad",
+	OpGeluApproxGrad: "gelu_approx_grad",
+}
+
+func unary(op UnaryOp, x *Array) *Array {
+	name := unaryNames[op]
+	if e := checkFloat(name, x); e != nil {
+		return e
+	}
+	h, err := x.b.Unary(op, x)
+	out := newArray(name, x.b, h, err, x.shape, x.dtype)
+	return record(out, func(g *Array) []*Array { return []*Array{unaryVJP(op, x, out, g)} }, x)
+}
+
+func unaryVJP(op UnaryOp, x, y, g *Array) *Array {
+	switch op {
+	case OpNeg:
+		return Neg(g)
+	case OpExp:
+		return Mul(g, y)
+	case OpLog:
+		return Div(g, x)
+	case OpSqrt:
+		return Div(Mul(g, scalarLike(g, 0.5)), y)
+	case OpRsqrt: // d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
+		return Mul(g, Mul(scalarLike(g, -0.5), Mul(y, Square(y))))
+	case OpSilu:
+		return Mul(g, unary(OpSiluGrad, StopGradient(x)))
+	case OpGelu:
+		return Mul(g, unary(OpGeluGrad, StopGradient(x)))
+	case OpGeluApprox:
+		return Mul(g, unary(OpGeluApproxGrad, StopGradient(x)))
+	case OpSigmoid:
+		return Mul(g, Mul(y, Sub(scalarLike(y, 1), y)))
+	case OpTanh:
+		return Mul(g, Sub(scalarLike(y, 1), Square(y)))
+	case OpAbs:
+		return Mul(g, Sign(x))
+	case OpSquare:
+		return Mul(g, Mul(scalarLike(x, 2), x))
+	}
+	return Errorf("%s: no gradient", unaryNames[op])
+}
+
+func Neg(x *Array) *Array     { return unary(OpNeg, x) }
+func Exp(x *Array) *Array     { return unary(OpExp, x) }
+func Log(x *Array) *Array     { return unary(OpLog, x) }
+func Sqrt(x *Array) *Array    { return unary(OpSqrt, x) }
+func Rsqrt(x *Array) *Array   { return unary(OpRsqrt, x) }
+func Silu(x *Array) *Array    { return unary(OpSilu, x) }
+func Sigmoid(x *Array) *Array { return unary(OpSigmoid, x) }
+func Tanh(x *Array) *Array    { return unary(OpTanh, x) }
+func Abs(x *Array) *Array     { return unary(OpAbs, x) }
+func Square(x *Array) *Array  { return unary(OpSquare, x) }
+func Sign(x *Array) *Array    { return StopGradient(unary(OpSign, StopGradient(x))) }
+
+// Gelu is the exact GELU, x·Φ(x); GeluApprox is the tanh approximation.
+func Gelu(x *Array) *Array       { return unary(OpGelu, x) }
+func GeluApprox(x *Array) *Array { return unary(OpGeluApprox, x) }
+
+var binaryNames = map[BinaryOp]string{
+	OpAdd: "add", OpSub: "sub", OpMul: "mul", OpDiv: "div", OpMaximum: "maximum", OpMinimum: "minimum",
+	OpPower: "power", OpGreater: "greater", OpGreaterEqual: "greater_equal", OpLess: "less", OpEqual: "equal",
+}
+
+func binary(op BinaryOp, a, b *Array) *Array {
+	name := binaryNames[op]
+	if op.isCompare() {
+		if e := check(name, a, b); e != nil {
+			return e
+		}
+		if a.dtype.IsFloat() != b.dtype.IsFloat() {
+			return Errorf("%s: cannot compare %s with %s", name, a.dtype, b.dtype)
+		}
+	} else if e := checkFloat(name, a, b); e != nil {
+		return e
+	}
+	shape, err := broadcastShapes(a.shape, b.shape)
+	if err != nil {
+		return Errorf("%s: %v", name, err)
+	}
+	dt := promote(a.dtype, b.dtype)
+	if op.isCompare() {
+		dt = Bool
+	}
+	h, err := a.b.Binary(op, a, b, shape, dt)
+	out := newArray(name, a.b, h, err, shape, dt)
+	if op.isCompare() {
+		return out
+	}
+	return record(out, func(g *Array) []*Array {
+		ga, gb := binaryVJP(op, a, b, out, g)
+		return []*Array{unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)}
+	}, a, b)
+}
+
+func binaryVJP(op BinaryOp, a, b, y, g *Array) (ga, gb *Array) {
+	switch op {
+	case OpAdd:
+		return g, g
+	case OpSub:
+		return g, Neg(g)
+	case OpMul:
+		return Mul(g, b), Mul(g, a)
+	case OpDiv:
+		return Div(g, b), Neg(Div(Mul(g, a), Square(b)))
+	case OpMaximum:
+		m := GreaterEqual(a, b)
+		return Where(m, g, scalarLike(g, 0)), Where(m, scalarLike(g, 0), g)
+	case OpMinimum:
+		m := Less(b, a)
+		return Where(m, scalarLike(g, 0), g), Where(m, g, scalarLike(g, 0))
+	case OpPower: // d a^b = b a^(b-1) da + a^b ln(a) db
+		ga = Mul(g, Mul(b, Power(a, Sub(b, scalarLike(b, 1)))))
+		gb = Mul(g, Mul(y, Log(a)))
+		return ga, gb
+	}
+	e := Errorf("%s: no gradient", binaryNames[op])
+	return e, e
+}
+
+func Add(a, b *Array) *Array     { return binary(OpAdd, a, b) }
+func Sub(a, b *Array) *Array     { return binary(OpSub, a, b) }
+func Mul(a, b *Array) *Array     { return binary(OpMul, a, b) }
+func Div(a, b *Array) *Array     { return binary(OpDiv, a, b) }
+func Maximum(a, b *Array) *Array { return binary(OpMaximum, a, b) }
+func Minimum(a, b *Array) *Array { return binary(OpMinimum, a, b) }
+func Power(a, b *Array) *Array   { return binary(OpPower, a, b) }
+
+// Comparisons give Bool arrays and carry no gradient.
+func Greater(a, b *Array) *Array      { return binary(OpGreater, a, b) }
+func GreaterEqual(a, b *Array) *Array { return binary(OpGreaterEqual, a, b) }
+func Less(a, b *Array) *Array         { return binary(OpLess, a, b) }
+func Equal(a, b *Array) *Array        { return binary(OpEqual, a, b) }
+
+// AddScalar, MulScalar: x+v and x·v with v a Go number, in x's dtype.
+func AddScalar(x *Array, v float32) *Array {
+	if e := checkFloat("add", x); e != nil {
+		return e
+	}
+	return Add(x, scalarLike(x, v))
+}
+
+func MulScalar(x *Array, v float32) *Array {
+	if e := checkFloat("mul", x); e != nil {
+		return e
+	}
+	return Mul(x, scalarLike(x, v))
+}
+
+// Where picks a where cond is nonzero, else b; all three broadcast together.
+func Where(cond, a, b *Array) *Array {
+	if e := check("where", cond, a, b); e != nil {
+		return e
+	}
+	if a.dtype.IsFloat() != b.dtype.IsFloat() {
+		return Errorf("where: %s and %s", a.dtype, b.dtype)
+	}
+	s1, err := broadcastShapes(cond.shape, a.shape)
+	if err == nil {
+		s1, err = broadcastShapes(s1, b.shape)
+	}
+	if err != nil {
+		return Errorf("where: %v", err)
+	}
+	dt := promote(a.dtype, b.dtype)
+	h, err := a.b.Where(cond, a, b, s1, dt)
+	out := newArray("where", a.b, h, err, s1, dt)
+	if !dt.IsFloat() {
+		return out
+	}
+	return record(out, func(g *Array) []*Array {
+		zero := scalarLike(g, 0)
+		return []*Array{nil, unbroadcast(Where(cond, g, zero), a.shape), unbroadcast(Where(cond, zero, g), b.shape)}
+	}, cond, a, b)
+}
+
+// AsType converts x to dt. Between float dtypes it is differentiable.
+func AsType(x *Array, dt DType) *Array {
+	if e := check("astype", x); e != nil {
+		return e
+	}
+	if x.dtype == dt {
+		return x
+	}
+	if int(dt) >= len(dtypeNames) {
+		return Errorf("astype: unknown dtype %v", dt)
+	}
+	h, err := x.b.AsType(x, dt)
+	out := newArray(fmt.Sprintf("astype %s", dt), x.b, h, err, x.shape, dt)
+	if !x.dtype.IsFloat() || !dt.IsFloat() {
+		return out
+	}
+	return record(out, func(g *Array) []*Array { return []*Array{AsType(g, x.dtype)} }, x)
+}

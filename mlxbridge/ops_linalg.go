@@ -1,0 +1,62 @@
+package mlxbridge
+
+// Matmul multiplies the last two axes, a (..., M, K) @ b (..., K, N), broadcasting
+// the batch axes. Both inputs need at least two dimensions.
+func Matmul(a, b *Array) *Array { return MatmulT(a, b, false, false) }
+
+// MatmulT is Matmul with either operand's last two axes transposed, without a copy:
+// MatmulT(x, w, false, true) is x @ wᵀ, the Linear layer.
+func MatmulT(a, b *Array, transA, transB bool) *Array {
+	if e := checkFloat("matmul", a, b); e != nil {
+		return e
+	}
+	if len(a.shape) < 2 || len(b.shape) < 2 {
+		return Errorf("matmul: needs 2 or more dimensions, got %s and %s", fmtShape(a.shape), fmtShape(b.shape))
+	}
+	m, k1 := a.shape[len(a.shape)-2], a.shape[len(a.shape)-1]
+	if transA {
+		m, k1 = k1, m
+	}
+	k2, n := b.shape[len(b.shape)-2], b.shape[len(b.shape)-1]
+	if transB {
+		k2, n = n, k2
+	}
+	if k1 != k2 {
+		return Errorf("matmul: inner dimensions differ: %s%s @ %s%s", fmtShape(a.shape), tmark(transA), fmtShape(b.shape), tmark(transB))
+	}
+	batch, err := broadcastShapes(a.shape[:len(a.shape)-2], b.shape[:len(b.shape)-2])
+	if err != nil {
+		return Errorf("matmul: batch %v", err)
+	}
+	out := append(batch, m, n)
+	dt := promote(a.dtype, b.dtype)
+	h, err := a.b.MatMul(a, b, transA, transB, out)
+	res := newArray("matmul", a.b, h, err, out, dt)
+	return record(res, func(g *Array) []*Array {
+		var ga, gb *Array
+		if a.node != nil {
+			if transA { // dA = op(B) Gᵀ
+				ga = MatmulT(b, g, transB, true)
+			} else { // dA = G op(B)ᵀ
+				ga = MatmulT(g, b, false, !transB)
+			}
+			ga = unbroadcast(ga, a.shape)
+		}
+		if b.node != nil {
+			if transB { // dB = Gᵀ op(A)
+				gb = MatmulT(g, a, true, transA)
+			} else { // dB = op(A)ᵀ G
+				gb = MatmulT(a, g, !transA, false)
+			}
+			gb = unbroadcast(gb, b.shape)
+		}
+		return []*Array{ga, gb}
+	}, a, b)
+}
+
+func tmark(t bool) string {
+	if t {
+		return "ᵀ"
+	}
+	return ""
+}

@@ -1,0 +1,131 @@
+package mlxbridge
+
+import (
+	"github.com/inloop/inloop/mlxbridge/quant"
+)
+
+// Quantize packs w (..., K) in MLX's affine format: bits per value, one scale and
+// bias per groupSize values of the last axis. It returns the Uint32 words
+// (..., K·bits/32) and scales, biases (..., K/groupSize) in w's dtype. The numbers
+// are bit-identical to MLX's mx.quantize, so checkpoints move between the two.
+func Quantize(w *Array, groupSize, bits int) (wq, scales, biases *Array) {
+	if e := checkFloat("quantize", w); e != nil {
+		return e, e, e
+	}
+	if err := quant.Validate(bits, groupSize); err != nil {
+		e := Errorf("quantize: %v", err)
+		return e, e, e
+	}
+	if len(w.shape) < 1 || w.shape[len(w.shape)-1]%groupSize != 0 {
+		e := Errorf("quantize: last axis of %s is not a multiple of group size %d", fmtShape(w.shape), groupSize)
+		return e, e, e
+	}
+	vals, err := w.Float32s()
+	if err != nil {
+		e := errArray(err)
+		return e, e, e
+	}
+	cols := w.shape[len(w.shape)-1]
+	rows := w.Size() / max(cols, 1)
+	packed, s, bs, err := quant.Quantize(vals, rows, cols, groupSize, bits, rounder(w.dtype))
+	if err != nil {
+		e := Errorf("quantize: %v", err)
+		return e, e, e
+	}
+	lead := clone(w.shape[:len(w.shape)-1])
+	wq = FromData(w.b, Uint32, packed, append(clone(lead), quant.PackedLen(cols, bits))...)
+	scales = FromData(w.b, w.dtype, s, append(clone(lead), cols/groupSize)...)
+	biases = FromData(w.b, w.dtype, bs, append(clone(lead), cols/groupSize)...)
+	return wq, scales, biases
+}
+
+// quantShape validates a quantized weight and returns its logical (rows, cols).
+func quantShape(op string, w, scales, biases *Array, groupSize, bits int) (rows, cols int, e *Array) {
+	if e := check(op, w, scales, biases); e != nil {
+		return 0, 0, e
+	}
+	if err := quant.Validate(bits, groupSize); err != nil {
+		return 0, 0, Errorf("%s: %v", op, err)
+	}
+	if w.dtype != Uint32 || !scales.dtype.IsFloat() || !biases.dtype.IsFloat() {
+		return 0, 0, Errorf("%s: want uint32 weights and float scales/biases, got %s, %s, %s", op, w.dtype, scales.dtype, biases.dtype)
+	}
+	if len(w.shape) < 1 || !sameShape(scales.shape, biases.shape) || len(scales.shape) != len(w.shape) {
+		return 0, 0, Errorf("%s: weights %s, scales %s, biases %s", op, fmtShape(w.shape), fmtShape(scales.shape), fmtShape(biases.shape))
+	}
+	nd := len(w.shape)
+	cols = w.shape[nd-1] * 32 / bits
+	if w.shape[nd-1]*32%bits != 0 || scales.shape[nd-1]*groupSize != cols || !sameShape(w.shape[:nd-1], scales.shape[:nd-1]) {
+		return 0, 0, Errorf("%s: weights %s, scales %s do not fit %d bits in groups of %d", op, fmtShape(w.shape), fmtShape(scales.shape), bits, groupSize)
+	}
+	return numel(w.shape[:nd-1]), cols, nil
+}
+
+// Dequantize unpacks Quantize's output: w = scale·q + bias, in the scales' dtype.
+func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
+	rows, cols, e := quantShape("dequantize", w, scales, biases, groupSize, bits)
+	if e != nil {
+		return e
+	}
+	packed, err := w.Uint32s()
+	if err != nil {
+		return errArray(err)
+	}
+	s, err := scales.Float32s()
+	if err != nil {
+		return errArray(err)
+	}
+	bs, err := biases.Float32s()
+	if err != nil {
+		return errArray(err)
+	}
+	vals, err := quant.Dequantize(packed, s, bs, rows, cols, groupSize, bits)
+	if err != nil {
+		return Errorf("dequantize: %v", err)
+	}
+	shape := append(clone(w.shape[:len(w.shape)-1]), cols)
+	return FromData(w.b, scales.dtype, vals, shape...)
+}
+
+// QuantizedMatmul computes x @ dequant(w)ᵀ (transpose, the Linear layer: x (..., K),
+// w (N, K) packed, out (..., N)) or x @ dequant(w) (x (..., N), out (..., K)) without
+// building the dequantized matrix where the backend has a fused kernel. The gradient
+// flows to x only: quantized weights are frozen (QLoRA trains an adapter beside them).
+func QuantizedMatmul(x, w, scales, biases *Array, transpose bool, groupSize, bits int) *Array {
+	if e := checkFloat("quantized_matmul", x); e != nil {
+		return e
+	}
+	n, k, e := quantShape("quantized_matmul", w, scales, biases, groupSize, bits)
+	if e != nil {
+		return e
+	}
+	if len(w.shape) != 2 {
+		return Errorf("quantized_matmul: weights must be 2-d, got %s", fmtShape(w.shape))
+	}
+	in, outDim := k, n
+	if !transpose {
+		in, outDim = n, k
+	}
+	if len(x.shape) < 1 || x.shape[len(x.shape)-1] != in {
+		return Errorf("quantized_matmul: input %s for weights (%d,%d)%s", fmtShape(x.shape), n, k, tmark(transpose))
+	}
+	if traced(w, scales, biases) {
+		return Errorf("quantized_matmul: quantized weights cannot be differentiated")
+	}
+	out := append(clone(x.shape[:len(x.shape)-1]), outDim)
+	var res *Array
+	if q, ok := x.b.(QuantizedMatMuler); ok {
+		h, err := q.QuantizedMatMul(x, w, scales, biases, transpose, groupSize, bits, out)
+		res = newArray("quantized_matmul", x.b, h, err, out, x.dtype)
+	} else {
+		deq := Dequantize(w, scales, biases, groupSize, bits)
+		x2 := Reshape(StopGradient(x), -1, in)
+		res = Reshape(MatmulT(x2, deq, false, transpose), out...)
+		if res.err == nil && res.dtype != x.dtype {
+			res = AsType(res, x.dtype)
+		}
+	}
+	return record(res, func(g *Array) []*Array {
+		return []*Array{QuantizedMatmul(g, w, scales, biases, !transpose, groupSize, bits), nil, nil, nil}
+	}, x, w, scales, biases)
+}
