@@ -132,6 +132,11 @@ type (
 	SDPAer interface {
 		SDPA(q, k, v *Array, scale float32, causal bool, mask *Array) (Handle, error)
 	}
+	// SDPAVJPer is attention's backward pass: the cotangents of q, k and v for the
+	// output cotangent g. With it, training uses the fused forward too.
+	SDPAVJPer interface {
+		SDPAVJP(q, k, v *Array, scale float32, causal bool, mask, g *Array) (dq, dk, dv Handle, err error)
+	}
 	// QuantizedMatMuler computes x @ dequant(w).T (transpose) or x @ dequant(w).
 	QuantizedMatMuler interface {
 		QuantizedMatMul(x, w, scales, biases *Array, transpose bool, groupSize, bits int, out []int) (Handle, error)

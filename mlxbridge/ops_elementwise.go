@@ -70,7 +70,7 @@ var binaryNames = map[BinaryOp]string{
 	OpPower: "power", OpGreater: "greater", OpGreaterEqual: "greater_equal", OpLess: "less", OpEqual: "equal",
 }
 
-func binary(op BinaryOp, a, b *Array) *Array {
+func binaryOp(op BinaryOp, a, b *Array) *Array {
 	name := binaryNames[op]
 	if op.isCompare() {
 		if e := check(name, a, b); e != nil {
@@ -126,19 +126,19 @@ func binaryVJP(op BinaryOp, a, b, y, g *Array) (ga, gb *Array) {
 	return e, e
 }
 
-func Add(a, b *Array) *Array     { return binary(OpAdd, a, b) }
-func Sub(a, b *Array) *Array     { return binary(OpSub, a, b) }
-func Mul(a, b *Array) *Array     { return binary(OpMul, a, b) }
-func Div(a, b *Array) *Array     { return binary(OpDiv, a, b) }
-func Maximum(a, b *Array) *Array { return binary(OpMaximum, a, b) }
-func Minimum(a, b *Array) *Array { return binary(OpMinimum, a, b) }
-func Power(a, b *Array) *Array   { return binary(OpPower, a, b) }
+func Add(a, b *Array) *Array     { return binaryOp(OpAdd, a, b) }
+func Sub(a, b *Array) *Array     { return binaryOp(OpSub, a, b) }
+func Mul(a, b *Array) *Array     { return binaryOp(OpMul, a, b) }
+func Div(a, b *Array) *Array     { return binaryOp(OpDiv, a, b) }
+func Maximum(a, b *Array) *Array { return binaryOp(OpMaximum, a, b) }
+func Minimum(a, b *Array) *Array { return binaryOp(OpMinimum, a, b) }
+func Power(a, b *Array) *Array   { return binaryOp(OpPower, a, b) }
 
 // Comparisons give Bool arrays and carry no gradient.
-func Greater(a, b *Array) *Array      { return binary(OpGreater, a, b) }
-func GreaterEqual(a, b *Array) *Array { return binary(OpGreaterEqual, a, b) }
-func Less(a, b *Array) *Array         { return binary(OpLess, a, b) }
-func Equal(a, b *Array) *Array        { return binary(OpEqual, a, b) }
+func Greater(a, b *Array) *Array      { return binaryOp(OpGreater, a, b) }
+func GreaterEqual(a, b *Array) *Array { return binaryOp(OpGreaterEqual, a, b) }
+func Less(a, b *Array) *Array         { return binaryOp(OpLess, a, b) }
+func Equal(a, b *Array) *Array        { return binaryOp(OpEqual, a, b) }
 
 // AddScalar, MulScalar: x+v and x·v with v a Go number, in x's dtype.
 func AddScalar(x *Array, v float32) *Array {

@@ -153,11 +153,22 @@ func ScaledDotProductAttention(q, k, v *Array, scale float32, causal bool, mask 
 			return Errorf("sdpa: mask %s does not broadcast to %s", fmtShape(mask.shape), fmtShape([]int{b, hq, l, s}))
 		}
 	}
-	if f, ok := q.b.(SDPAer); ok && !traced(xs...) {
-		h, err := f.SDPA(q, k, v, scale, causal, mask)
-		return newArray("sdpa", q.b, h, err, []int{b, hq, l, v.shape[3]}, q.dtype)
+	f, fused := q.b.(SDPAer)
+	vjp, fusedGrad := q.b.(SDPAVJPer)
+	if !fused || (traced(xs...) && (!fusedGrad || traced(mask))) {
+		return sdpaComposed(q, k, v, scale, causal, mask)
 	}
-	return sdpaComposed(q, k, v, scale, causal, mask)
+	h, err := f.SDPA(q, k, v, scale, causal, mask)
+	out := newArray("sdpa", q.b, h, err, []int{b, hq, l, v.shape[3]}, q.dtype)
+	return record(out, func(g *Array) []*Array {
+		sq, sk, sv := StopGradient(q), StopGradient(k), StopGradient(v)
+		dq, dk, dv, err := vjp.SDPAVJP(sq, sk, sv, scale, causal, StopGradient(mask), g)
+		return []*Array{
+			newArray("sdpa grad", q.b, dq, err, q.shape, q.dtype),
+			newArray("sdpa grad", q.b, dk, err, k.shape, k.dtype),
+			newArray("sdpa grad", q.b, dv, err, v.shape, v.dtype),
+		}
+	}, q, k, v)
 }
 
 func sdpaComposed(q, k, v *Array, scale float32, causal bool, mask *Array) *Array {

@@ -78,6 +78,9 @@ func (s *suite) gradCases() []gradCase {
 		{"sdpa gqa causal", [][]int{{1, 4, 3, 4}, {1, 2, 5, 4}, {1, 2, 5, 3}}, func(x []*mx.Array) *mx.Array {
 			return mx.ScaledDotProductAttention(x[0], x[1], x[2], 0.5, true, nil)
 		}, false},
+		{"sdpa fixed mask", [][]int{{2, 2, 3, 4}, {2, 1, 4, 4}, {2, 1, 4, 2}}, func(x []*mx.Array) *mx.Array {
+			return mx.ScaledDotProductAttention(x[0], x[1], x[2], 0.7, true, s.randn(77, 1, 2, 1, 4))
+		}, false},
 		{"sdpa mask", [][]int{{1, 2, 2, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}, {1, 1, 2, 3}}, func(x []*mx.Array) *mx.Array {
 			return mx.ScaledDotProductAttention(x[0], x[1], x[2], 0.5, false, x[3])
 		}, false},

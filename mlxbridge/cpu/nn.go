@@ -59,78 +59,134 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	return &buf{f: out}, nil
 }
 
-// SDPA runs one (batch, head) at a time: scores = q·kᵀ through sgemm, the mask and a
-// softmax per row, then scores·v through sgemm. Heads run in parallel.
-func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) (mx.Handle, error) {
+// attention describes one SDPA call in flat slices, shared by forward and backward.
+type attention struct {
+	b, hq, hkv, l, s, d, dv int
+	q, k, v                 []float32
+	scale                   float32
+	causal                  bool
+	mf                      []float32 // additive mask, or
+	mb                      []uint8   // keep-mask, with
+	mst                     []int     // its strides broadcast to (B,Hq,L,S)
+}
+
+func newAttention(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) *attention {
 	qs, ks, vs := q.Shape(), k.Shape(), v.Shape()
-	b, hq, l, d := qs[0], qs[1], qs[2], qs[3]
-	hkv, s, dv := ks[1], ks[2], vs[3]
-	rep := hq / hkv
-	qf, kf, vf := h(q).f, h(k).f, h(v).f
-	out := make([]float32, b*hq*l*dv)
-	var mf []float32
-	var mb []uint8
-	var mst []int
+	a := &attention{b: qs[0], hq: qs[1], l: qs[2], d: qs[3], hkv: ks[1], s: ks[2], dv: vs[3],
+		q: h(q).f, k: h(k).f, v: h(v).f, scale: scale, causal: causal}
 	if mask != nil {
-		full := []int{b, hq, l, s}
-		mst = bstrides(mask.Shape(), full)
+		a.mst = bstrides(mask.Shape(), []int{a.b, a.hq, a.l, a.s})
 		if mask.DType() == mx.Bool {
-			mb = h(mask).b
+			a.mb = h(mask).b
 		} else {
-			mf = asFloat(mask)
+			a.mf = asFloat(mask)
 		}
 	}
+	return a
+}
+
+// probs fills p (L, S) with the attention probabilities of query head bh (b·Hq+h).
+func (a *attention) probs(bh int, p []float32) {
+	bi, hh := bh/a.hq, bh%a.hq
+	kv := bi*a.hkv + hh/(a.hq/a.hkv)
+	l, s, d := a.l, a.s, a.d
+	sgemm(false, true, l, s, d, a.q[bh*l*d:], d, a.k[kv*s*d:], d, 0, p, s)
 	negInf := float32(math.Inf(-1))
-	parallel(b*hq, 1, func(lo, hi int) {
-		scores := make([]float32, l*s)
-		for bh := lo; bh < hi; bh++ {
-			bi, hi_ := bh/hq, bh%hq
-			kv := bi*hkv + hi_/rep
-			qm := qf[bh*l*d : (bh+1)*l*d]
-			km := kf[kv*s*d : (kv+1)*s*d]
-			vm := vf[kv*s*dv : (kv+1)*s*dv]
-			sgemm(false, true, l, s, d, qm, d, km, d, 0, scores, s)
-			for i := 0; i < l; i++ {
-				row := scores[i*s : (i+1)*s]
-				limit := s
-				if causal {
-					limit = i + s - l + 1
-				}
-				m := negInf
-				for j := range row {
-					x := row[j] * scale
-					if j >= limit {
+	for i := 0; i < l; i++ {
+		row := p[i*s : (i+1)*s]
+		limit := s
+		if a.causal {
+			limit = i + s - l + 1
+		}
+		m := negInf
+		for j := range row {
+			x := row[j] * a.scale
+			if j >= limit {
+				x = negInf
+			} else if a.mst != nil {
+				off := bi*a.mst[0] + hh*a.mst[1] + i*a.mst[2] + j*a.mst[3]
+				if a.mb != nil {
+					if a.mb[off] == 0 {
 						x = negInf
-					} else if mst != nil {
-						off := bi*mst[0] + hi_*mst[1] + i*mst[2] + j*mst[3]
-						if mb != nil {
-							if mb[off] == 0 {
-								x = negInf
-							}
-						} else {
-							x += mf[off]
-						}
 					}
-					row[j] = x
-					m = max(m, x)
-				}
-				var sum float64
-				for j, x := range row {
-					e := float32(0)
-					if x != negInf {
-						e = float32(math.Exp(float64(x - m)))
-					}
-					row[j] = e
-					sum += float64(e)
-				}
-				inv := float32(1 / sum)
-				for j := range row {
-					row[j] *= inv
+				} else {
+					x += a.mf[off]
 				}
 			}
-			sgemm(false, false, l, dv, s, scores, s, vm, dv, 0, out[bh*l*dv:], dv)
+			row[j] = x
+			m = max(m, x)
+		}
+		var sum float64
+		for j, x := range row {
+			e := float32(0)
+			if x != negInf {
+				e = float32(math.Exp(float64(x - m)))
+			}
+			row[j] = e
+			sum += float64(e)
+		}
+		inv := float32(1 / sum)
+		for j := range row {
+			row[j] *= inv
+		}
+	}
+}
+
+// kvHead returns the flat index (b·Hkv+g) of the kv head query head bh reads.
+func (a *attention) kvHead(bh int) int { return bh/a.hq*a.hkv + bh%a.hq/(a.hq/a.hkv) }
+
+// SDPA runs one (batch, head) at a time: scores = q·kᵀ through sgemm, the mask and a
+// softmax per row, then probabilities·v through sgemm. Heads run in parallel.
+func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) (mx.Handle, error) {
+	a := newAttention(q, k, v, scale, causal, mask)
+	out := make([]float32, a.b*a.hq*a.l*a.dv)
+	parallel(a.b*a.hq, 1, func(lo, hi int) {
+		p := make([]float32, a.l*a.s)
+		for bh := lo; bh < hi; bh++ {
+			a.probs(bh, p)
+			kv := a.kvHead(bh)
+			sgemm(false, false, a.l, a.dv, a.s, p, a.s, a.v[kv*a.s*a.dv:], a.dv, 0, out[bh*a.l*a.dv:], a.dv)
 		}
 	})
 	roundTo(q.DType(), out)
 	return &buf{f: out}, nil
+}
+
+// SDPAVJP is attention's backward pass. With P recomputed per head:
+// dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dP∘P))·scale, dQ = dS·K, dK = dSᵀ·Q.
+// Work is split by kv head, so the query heads sharing one accumulate without races.
+func (be *Backend) SDPAVJP(q, k, v *mx.Array, scale float32, causal bool, mask, g *mx.Array) (dq, dk, dv mx.Handle, err error) {
+	a := newAttention(q, k, v, scale, causal, mask)
+	l, s, d, dvd := a.l, a.s, a.d, a.dv
+	rep := a.hq / a.hkv
+	gf := h(g).f
+	dQ := make([]float32, len(a.q))
+	dK := make([]float32, len(a.k))
+	dV := make([]float32, len(a.v))
+	parallel(a.b*a.hkv, 1, func(lo, hi int) {
+		p, dp := make([]float32, l*s), make([]float32, l*s)
+		for kv := lo; kv < hi; kv++ {
+			bi, gi := kv/a.hkv, kv%a.hkv
+			for r := 0; r < rep; r++ {
+				bh := bi*a.hq + gi*rep + r
+				a.probs(bh, p)
+				do := gf[bh*l*dvd:]
+				sgemm(true, false, s, dvd, l, p, s, do, dvd, 1, dV[kv*s*dvd:], dvd)
+				sgemm(false, true, l, s, dvd, do, dvd, a.v[kv*s*dvd:], dvd, 0, dp, s)
+				for i := 0; i < l; i++ {
+					pr, dr := p[i*s:(i+1)*s], dp[i*s:(i+1)*s]
+					var dot float64
+					for j := range pr {
+						dot += float64(pr[j]) * float64(dr[j])
+					}
+					for j := range pr {
+						dr[j] = pr[j] * (dr[j] - float32(dot)) * scale
+					}
+				}
+				sgemm(false, false, l, d, s, dp, s, a.k[kv*s*d:], d, 0, dQ[bh*l*d:], d)
+				sgemm(true, false, s, d, l, dp, s, a.q[bh*l*d:], d, 1, dK[kv*s*d:], d)
+			}
+		}
+	})
+	return &buf{f: dQ}, &buf{f: dK}, &buf{f: dV}, nil
 }

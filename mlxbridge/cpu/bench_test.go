@@ -1,0 +1,123 @@
+package cpu
+
+import (
+	"fmt"
+	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// Benchmarks report GFLOP/s (as "MB/s" ÷ 1000 would mislead, they use ReportMetric)
+// so the bridge can be compared with raw cblas in the same run.
+
+func randArray(b mx.Backend, seed uint64, shape ...int) *mx.Array {
+	mx.SetDefault(b)
+	return mx.RandomNormal(seed, shape...)
+}
+
+func BenchmarkSgemmRaw1024(b *testing.B) {
+	const n = 1024
+	a, c, out := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+	for i := range a {
+		a[i], c[i] = float32(i%7), float32(i%5)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sgemm(false, false, n, n, n, a, n, c, n, 0, out, n)
+	}
+	b.ReportMetric(2*n*n*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func BenchmarkMatmulBridge1024(b *testing.B) {
+	be := New()
+	x, y := randArray(be, 1, 1024, 1024), randArray(be, 2, 1024, 1024)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := mx.Eval(mx.Matmul(x, y)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(2*1024*1024*1024*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// Attention at sequence 512 with SmolLM2-135M's head layout (9 query heads, 3 kv
+// heads, head dim 64), causal, through the fused kernel and the composed ops.
+func benchAttention(b *testing.B, be mx.Backend) {
+	const hq, hkv, l, d = 9, 3, 512, 64
+	q, k, v := randArray(be, 1, 1, hq, l, d), randArray(be, 2, 1, hkv, l, d), randArray(be, 3, 1, hkv, l, d)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := mx.Eval(mx.ScaledDotProductAttention(q, k, v, 0.125, true, nil)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Both matmuls over the full square (the kernels do not skip masked blocks).
+	b.ReportMetric(2*2*hq*l*l*d*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+type composedOnly struct{ mx.Backend }
+
+func BenchmarkAttention512Fused(b *testing.B)    { benchAttention(b, New()) }
+func BenchmarkAttention512Composed(b *testing.B) { benchAttention(b, composedOnly{New()}) }
+
+// Attention backward (what training pays): the composed graph differentiated.
+func BenchmarkAttention512Backward(b *testing.B) {
+	be := New()
+	const hq, hkv, l, d = 9, 3, 512, 64
+	q, k, v := randArray(be, 1, 1, hq, l, d), randArray(be, 2, 1, hkv, l, d), randArray(be, 3, 1, hkv, l, d)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array {
+			return []*mx.Array{mx.Sum(mx.ScaledDotProductAttention(p[0], p[1], p[2], 0.125, true, nil), nil, false)}
+		}, []*mx.Array{q, k, v})
+		if err != nil || mx.Eval(g...) != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRMSNorm(b *testing.B) {
+	be := New()
+	x, w := randArray(be, 1, 512, 2048), randArray(be, 2, 2048)
+	b.SetBytes(512 * 2048 * 4)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := mx.Eval(mx.RMSNorm(x, w, 1e-5)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSoftmax(b *testing.B) {
+	be := New()
+	x := randArray(be, 1, 512, 32000)
+	b.SetBytes(512 * 32000 * 4)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := mx.Eval(mx.Softmax(x, -1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Quantized matvec (decode) through the bridge, in GB/s of packed weights, scales
+// and biases streamed; compare with BenchmarkMemRead in internal/qmm.
+func BenchmarkQuantizedMatvec(b *testing.B) {
+	be := New()
+	for _, bits := range []int{4, 8} {
+		for _, s := range [][2]int{{4096, 4096}, {11008, 4096}, {4096, 11008}} {
+			n, k := s[0], s[1]
+			b.Run(fmt.Sprintf("%dbit_%dx%d", bits, n, k), func(b *testing.B) {
+				wq, sc, bi := mx.Quantize(randArray(be, 1, n, k), 64, bits)
+				x := randArray(be, 2, 1, k)
+				b.SetBytes(wq.Nbytes() + sc.Nbytes()*2)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := mx.Eval(mx.QuantizedMatmul(x, wq, sc, bi, true, 64, bits)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
