@@ -3,8 +3,9 @@ package mlxbridge
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
+
+	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
 // Array is an immutable n-d array owned by a backend. Ops return new arrays.
@@ -350,27 +351,10 @@ func rounder(dt DType) func(float32) float32 {
 
 // RoundBFloat16 rounds to the nearest bfloat16, ties to even.
 func RoundBFloat16(v float32) float32 {
-	b := math.Float32bits(v)
-	if b&0x7f800000 == 0x7f800000 { // inf and nan stay as they are
-		return v
-	}
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b & 0xffff0000)
+	return safetensors.BFloat16ToFloat32(safetensors.Float32ToBFloat16(v))
 }
 
 // RoundFloat16 rounds to the nearest IEEE half, ties to even; overflow gives ±Inf.
 func RoundFloat16(v float32) float32 {
-	f := float64(v)
-	if math.IsNaN(f) || math.IsInf(f, 0) || f == 0 {
-		return v
-	}
-	a := math.Abs(f)
-	if a >= 65520 { // rounds past the largest half, 65504
-		return float32(math.Copysign(math.Inf(1), f))
-	}
-	// Spacing of halves near a: 2^(e-10) for normals, 2^-24 for subnormals.
-	_, exp := math.Frexp(a) // a = frac·2^exp, frac in [0.5, 1)
-	e := max(exp-1, -14)
-	ulp := math.Ldexp(1, e-10)
-	return float32(math.RoundToEven(f/ulp) * ulp)
+	return safetensors.Float16ToFloat32(safetensors.Float32ToFloat16(v))
 }
