@@ -165,7 +165,7 @@ func FromData(b Backend, dt DType, data any, shape ...int) *Array {
 	return newArray("from data", b, h, err, clone(shape), dt)
 }
 
-// Full makes an array of shape filled with v, on the backend of like (or the default if like is nil).
+// Full makes an array of shape filled with v on backend b (the default backend if b is nil).
 func Full(b Backend, shape []int, v float32, dt DType) *Array {
 	if err := checkShape(shape); err != nil {
 		return Errorf("full: %v", err)
@@ -203,7 +203,8 @@ func Full(b Backend, shape []int, v float32, dt DType) *Array {
 	return FromData(b, dt, d, shape...)
 }
 
-// Zeros and Ones make float32 arrays on the same backend as like.
+// ZerosLike makes zeros of like's shape and dtype on like's backend; Zeros and Ones
+// make float32 arrays on the default backend.
 func ZerosLike(like *Array) *Array { return Full(like.b, like.shape, 0, like.dtype) }
 func Zeros(shape ...int) *Array    { return Full(nil, shape, 0, Float32) }
 func Ones(shape ...int) *Array     { return Full(nil, shape, 1, Float32) }

@@ -161,6 +161,9 @@ func backward(loss *Array, params []*Array) ([]*Array, error) {
 		if grads[i].dtype != p.dtype {
 			grads[i] = AsType(grads[i], p.dtype)
 		}
+		// Cotangents computed from traced values carry graph nodes; drop them so the
+		// caller holding gradients does not keep every activation alive.
+		grads[i] = StopGradient(grads[i])
 		if err := grads[i].Err(); err != nil {
 			return nil, fmt.Errorf("mlxbridge: value and grad: gradient %d: %w", i, err)
 		}

@@ -16,7 +16,9 @@ func unary(op UnaryOp, x *Array) *Array {
 	}
 	h, err := x.b.Unary(op, x)
 	out := newArray(name, x.b, h, err, x.shape, x.dtype)
-	return record(out, func(g *Array) []*Array { return []*Array{unaryVJP(op, x, out, g)} }, x)
+	return record(out, func(g *Array) []*Array {
+		return []*Array{unaryVJP(op, StopGradient(x), StopGradient(out), g)}
+	}, x)
 }
 
 func unaryVJP(op UnaryOp, x, y, g *Array) *Array {
@@ -97,29 +99,66 @@ func binaryOp(op BinaryOp, a, b *Array) *Array {
 	}
 	return record(out, func(g *Array) []*Array {
 		ga, gb := binaryVJP(op, a, b, out, g)
-		return []*Array{unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)}
+		if ga != nil {
+			ga = unbroadcast(ga, a.shape)
+		}
+		if gb != nil {
+			gb = unbroadcast(gb, b.shape)
+		}
+		return []*Array{ga, gb}
 	}, a, b)
 }
 
+// binaryVJP returns the cotangents of a and b, computing only those that are traced.
 func binaryVJP(op BinaryOp, a, b, y, g *Array) (ga, gb *Array) {
+	needA, needB := a.node != nil, b.node != nil
+	zero := func() *Array { return scalarLike(g, 0) }
 	switch op {
 	case OpAdd:
 		return g, g
 	case OpSub:
-		return g, Neg(g)
+		if needB {
+			gb = Neg(g)
+		}
+		return g, gb
 	case OpMul:
-		return Mul(g, b), Mul(g, a)
+		if needA {
+			ga = Mul(g, StopGradient(b))
+		}
+		if needB {
+			gb = Mul(g, StopGradient(a))
+		}
+		return ga, gb
 	case OpDiv:
-		return Div(g, b), Neg(Div(Mul(g, a), Square(b)))
-	case OpMaximum:
-		m := GreaterEqual(a, b)
-		return Where(m, g, scalarLike(g, 0)), Where(m, scalarLike(g, 0), g)
-	case OpMinimum:
-		m := Less(b, a)
-		return Where(m, scalarLike(g, 0), g), Where(m, g, scalarLike(g, 0))
-	case OpPower: // d a^b = b a^(b-1) da + a^b ln(a) db
-		ga = Mul(g, Mul(b, Power(a, Sub(b, scalarLike(b, 1)))))
-		gb = Mul(g, Mul(y, Log(a)))
+		if needA {
+			ga = Div(g, StopGradient(b))
+		}
+		if needB {
+			gb = Neg(Div(Mul(g, StopGradient(a)), Square(StopGradient(b))))
+		}
+		return ga, gb
+	case OpMaximum, OpMinimum:
+		var m *Array // where a wins
+		if op == OpMaximum {
+			m = GreaterEqual(a, b)
+		} else {
+			m = GreaterEqual(b, a) // a ≤ b
+		}
+		if needA {
+			ga = Where(m, g, zero())
+		}
+		if needB {
+			gb = Where(m, zero(), g)
+		}
+		return ga, gb
+	case OpPower: // d a^b = b·a^(b−1) da + a^b·ln(a) db
+		sa, sb := StopGradient(a), StopGradient(b)
+		if needA {
+			ga = Mul(g, Mul(sb, Power(sa, Sub(sb, scalarLike(sb, 1)))))
+		}
+		if needB {
+			gb = Mul(g, Mul(StopGradient(y), Log(sa)))
+		}
 		return ga, gb
 	}
 	e := Errorf("%s: no gradient", binaryNames[op])

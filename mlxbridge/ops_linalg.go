@@ -34,7 +34,9 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 	res := newArray("matmul", a.b, h, err, out, dt)
 	return record(res, func(g *Array) []*Array {
 		var ga, gb *Array
-		if a.node != nil {
+		needA, needB := a.node != nil, b.node != nil
+		a, b := StopGradient(a), StopGradient(b)
+		if needA {
 			if transA { // dA = op(B) Gᵀ
 				ga = MatmulT(b, g, transB, true)
 			} else { // dA = G op(B)ᵀ
@@ -42,7 +44,7 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 			}
 			ga = unbroadcast(ga, a.shape)
 		}
-		if b.node != nil {
+		if needB {
 			if transB { // dB = Gᵀ op(A)
 				gb = MatmulT(g, a, true, transA)
 			} else { // dB = op(A)ᵀ G

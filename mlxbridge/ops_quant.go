@@ -118,7 +118,8 @@ func QuantizedMatmul(x, w, scales, biases *Array, transpose bool, groupSize, bit
 		h, err := q.QuantizedMatMul(x, w, scales, biases, transpose, groupSize, bits, out)
 		res = newArray("quantized_matmul", x.b, h, err, out, x.dtype)
 	} else {
-		deq := Dequantize(w, scales, biases, groupSize, bits)
+		// Dequantize in float32 whatever the scales' dtype, as MLX's kernels do.
+		deq := Dequantize(w, AsType(scales, Float32), AsType(biases, Float32), groupSize, bits)
 		x2 := Reshape(StopGradient(x), -1, in)
 		res = Reshape(MatmulT(x2, deq, false, transpose), out...)
 		if res.err == nil && res.dtype != x.dtype {

@@ -1,7 +1,5 @@
 package mlxbridge
 
-import "fmt"
-
 // Reshape gives x a new shape with the same number of elements; one dimension may be -1.
 func Reshape(x *Array, shape ...int) *Array {
 	if e := check("reshape", x); e != nil {
@@ -342,8 +340,4 @@ func Stack(xs []*Array, axis int) *Array {
 		ys[i] = ExpandDims(x, axis)
 	}
 	return Concatenate(ys, axis)
-}
-
-func shapeErr(op string, format string, args ...any) *Array {
-	return Errorf("%s: %s", op, fmt.Sprintf(format, args...))
 }

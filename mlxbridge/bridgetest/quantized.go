@@ -69,7 +69,10 @@ func (s *suite) quantized(t *testing.T) {
 		t.Errorf("quantize bf16: scales %s biases %s, want bfloat16", sc.DType(), bi.DType())
 	}
 	x := s.randn(6, 2, 3, 64)
-	want := get(t, mx.MatmulT(x, mx.AsType(mx.Dequantize(wq, sc, bi, 64, 8), mx.Float32), false, true))
+	// The product dequantizes in float32, as MLX's kernels do; Dequantize itself
+	// returns the scales' dtype, so widen them first for the reference.
+	deq := mx.Dequantize(wq, mx.AsType(sc, mx.Float32), mx.AsType(bi, mx.Float32), 64, 8)
+	want := get(t, mx.MatmulT(x, deq, false, true))
 	expect(t, "quantized_matmul batched", mx.QuantizedMatmul(x, wq, sc, bi, true, 64, 8), []int{2, 3, 8}, want, 1e-4, 1e-4)
 
 	for _, c := range []struct {
