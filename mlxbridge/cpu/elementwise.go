@@ -70,6 +70,22 @@ func unaryFunc(op mx.UnaryOp) func(float32) float32 {
 }
 
 func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
+	var vec func(y, x []float32) // the C kernels of vecmath.c
+	switch op {
+	case mx.OpExp:
+		vec = expVec
+	case mx.OpSilu:
+		vec = siluVec
+	case mx.OpSigmoid:
+		vec = sigmoidVec
+	}
+	if vec != nil {
+		src := h(x).f
+		out := make([]float32, len(src))
+		vec(out, src)
+		roundTo(x.DType(), out)
+		return &buf{f: out}, nil
+	}
 	f := unaryFunc(op)
 	if f == nil {
 		return nil, fmt.Errorf("cpu: unary op %d not supported", op)

@@ -98,7 +98,6 @@ func (a *attention) probs(bh int, p []float32) {
 		if a.causal {
 			limit = i + s - l + 1
 		}
-		m := negInf
 		for j := range row {
 			x := row[j] * a.scale
 			if j >= limit {
@@ -114,21 +113,8 @@ func (a *attention) probs(bh int, p []float32) {
 				}
 			}
 			row[j] = x
-			m = max(m, x)
 		}
-		var sum float64
-		for j, x := range row {
-			e := float32(0)
-			if x != negInf {
-				e = float32(math.Exp(float64(x - m)))
-			}
-			row[j] = e
-			sum += float64(e)
-		}
-		inv := float32(1 / sum)
-		for j := range row {
-			row[j] *= inv
-		}
+		softmaxRows(row, row, s) // a fully masked row gives NaN, as in MLX
 	}
 }
 

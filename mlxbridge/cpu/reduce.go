@@ -175,43 +175,23 @@ func lastAxisRows(x *mx.Array, outLen int, f func(row, out []float32)) []float32
 }
 
 func (be *Backend) Softmax(x *mx.Array) (mx.Handle, error) {
-	d := x.Dim(-1)
-	out := lastAxisRows(x, d, func(row, o []float32) {
-		m := float32(math.Inf(-1))
-		for _, v := range row {
-			m = max(m, v)
-		}
-		var s float64
-		for i, v := range row {
-			e := float32(math.Exp(float64(v - m)))
-			o[i] = e
-			s += float64(e)
-		}
-		inv := float32(1 / s)
-		for i := range o {
-			o[i] *= inv
-		}
-	})
+	src := h(x).f
+	out := make([]float32, len(src))
+	softmaxRows(out, src, x.Dim(-1))
 	roundTo(x.DType(), out)
 	return &buf{f: out}, nil
 }
 
 func (be *Backend) LogSumExp(x *mx.Array) (mx.Handle, error) {
-	out := lastAxisRows(x, 1, func(row, o []float32) {
-		m := float32(math.Inf(-1))
-		for _, v := range row {
-			m = max(m, v)
+	src := h(x).f
+	d := x.Dim(-1)
+	out := make([]float32, len(src)/max(d, 1))
+	if d == 0 {
+		for i := range out {
+			out[i] = float32(math.Inf(-1))
 		}
-		if math.IsInf(float64(m), 0) {
-			o[0] = m
-			return
-		}
-		var s float64
-		for _, v := range row {
-			s += math.Exp(float64(v - m))
-		}
-		o[0] = float32(math.Log(s)) + m
-	})
+	}
+	logSumExpRows(out, src, d)
 	roundTo(x.DType(), out)
 	return &buf{f: out}, nil
 }

@@ -1,0 +1,38 @@
+package cpu
+
+// #cgo CFLAGS: -O3
+// #cgo LDFLAGS: -lm
+// #include "vecmath.h"
+import "C"
+
+import "unsafe"
+
+func cf(v []float32) *C.float { return (*C.float)(unsafe.Pointer(unsafe.SliceData(v))) }
+
+// vecRows runs a C row kernel over rows of length d, split across cores.
+func vecRows(out, x []float32, outLen, d int, kernel func(out, x *C.float, rows, d C.size_t)) {
+	if d == 0 {
+		return
+	}
+	rows := len(x) / d
+	parallel(rows, max(1, elemGrain/d), func(lo, hi int) {
+		kernel(cf(out[lo*outLen:]), cf(x[lo*d:]), C.size_t(hi-lo), C.size_t(d))
+	})
+}
+
+func softmaxRows(out, x []float32, d int) {
+	vecRows(out, x, d, d, func(o, i *C.float, r, n C.size_t) { C.inloop_softmax_rows(o, i, r, n) })
+}
+
+func logSumExpRows(out, x []float32, d int) {
+	vecRows(out, x, 1, d, func(o, i *C.float, r, n C.size_t) { C.inloop_logsumexp_rows(o, i, r, n) })
+}
+
+// vecMap applies an elementwise C kernel across cores.
+func vecMap(y, x []float32, kernel func(y, x *C.float, n C.size_t)) {
+	parallel(len(x), elemGrain, func(lo, hi int) { kernel(cf(y[lo:]), cf(x[lo:]), C.size_t(hi-lo)) })
+}
+
+func expVec(y, x []float32)     { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_exp(a, b, n) }) }
+func siluVec(y, x []float32)    { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_silu(a, b, n) }) }
+func sigmoidVec(y, x []float32) { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_sigmoid(a, b, n) }) }

@@ -1,0 +1,10 @@
+// Vectorizable exponentials for the cpu backend's softmax, logsumexp and
+// activation kernels. Plain C loops that GCC and Clang vectorize at -O3; on x86-64
+// GCC also builds an AVX2+FMA clone picked at load time.
+#include <stddef.h>
+
+void inloop_softmax_rows(float *out, const float *x, size_t rows, size_t d);
+void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d);
+void inloop_exp(float *y, const float *x, size_t n);
+void inloop_silu(float *y, const float *x, size_t n);
+void inloop_sigmoid(float *y, const float *x, size_t n);
