@@ -33,6 +33,10 @@ func vecMap(y, x []float32, kernel func(y, x *C.float, n C.size_t)) {
 	parallel(len(x), elemGrain, func(lo, hi int) { kernel(cf(y[lo:]), cf(x[lo:]), C.size_t(hi-lo)) })
 }
 
-func expVec(y, x []float32)     { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_exp(a, b, n) }) }
-func siluVec(y, x []float32)    { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_silu(a, b, n) }) }
-func sigmoidVec(y, x []float32) { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_sigmoid(a, b, n) }) }
+func expVec(y, x []float32) { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_exp(a, b, n) }) }
+func siluVec(y, x []float32) {
+	vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_silu(a, b, n) })
+}
+func sigmoidVec(y, x []float32) {
+	vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_sigmoid(a, b, n) })
+}
