@@ -230,64 +230,39 @@ func Eval(xs ...*Array) error {
 	return nil
 }
 
-// Float32s copies a float array out as float32 values.
-func (a *Array) Float32s() ([]float32, error) {
+// readback copies an array out as []T after checking its dtype with ok.
+func readback[T any](a *Array, name string, ok bool) ([]T, error) {
 	if err := a.Err(); err != nil {
 		return nil, err
 	}
-	if !a.dtype.IsFloat() {
-		return nil, fmt.Errorf("mlxbridge: Float32s of a %s array", a.dtype)
+	if !ok {
+		return nil, fmt.Errorf("mlxbridge: %s of a %s array", name, a.dtype)
 	}
 	d, err := a.b.Data(a)
 	if err != nil {
 		return nil, err
 	}
-	return d.([]float32), nil
+	return d.([]T), nil
+}
+
+// Float32s copies a float array out as float32 values.
+func (a *Array) Float32s() ([]float32, error) {
+	return readback[float32](a, "Float32s", a != nil && a.dtype.IsFloat())
 }
 
 // Int32s copies an Int32 array out.
 func (a *Array) Int32s() ([]int32, error) {
-	if err := a.Err(); err != nil {
-		return nil, err
-	}
-	if a.dtype != Int32 {
-		return nil, fmt.Errorf("mlxbridge: Int32s of a %s array", a.dtype)
-	}
-	d, err := a.b.Data(a)
-	if err != nil {
-		return nil, err
-	}
-	return d.([]int32), nil
+	return readback[int32](a, "Int32s", a != nil && a.dtype == Int32)
 }
 
 // Uint32s copies a Uint32 array out.
 func (a *Array) Uint32s() ([]uint32, error) {
-	if err := a.Err(); err != nil {
-		return nil, err
-	}
-	if a.dtype != Uint32 {
-		return nil, fmt.Errorf("mlxbridge: Uint32s of a %s array", a.dtype)
-	}
-	d, err := a.b.Data(a)
-	if err != nil {
-		return nil, err
-	}
-	return d.([]uint32), nil
+	return readback[uint32](a, "Uint32s", a != nil && a.dtype == Uint32)
 }
 
 // Uint8s copies a Uint8 or Bool array out.
 func (a *Array) Uint8s() ([]uint8, error) {
-	if err := a.Err(); err != nil {
-		return nil, err
-	}
-	if a.dtype != Uint8 && a.dtype != Bool {
-		return nil, fmt.Errorf("mlxbridge: Uint8s of a %s array", a.dtype)
-	}
-	d, err := a.b.Data(a)
-	if err != nil {
-		return nil, err
-	}
-	return d.([]uint8), nil
+	return readback[uint8](a, "Uint8s", a != nil && (a.dtype == Uint8 || a.dtype == Bool))
 }
 
 // Item returns the single value of a one-element array as float32.

@@ -42,7 +42,18 @@ type buf struct {
 	b []uint8
 }
 
-func fbuf(n int) *buf { return &buf{f: make([]float32, n)} }
+// newBuf allocates n zeroed elements in the slice dt uses.
+func newBuf(dt mx.DType, n int) *buf {
+	switch dt {
+	case mx.Int32:
+		return &buf{i: make([]int32, n)}
+	case mx.Uint32:
+		return &buf{u: make([]uint32, n)}
+	case mx.Uint8, mx.Bool:
+		return &buf{b: make([]uint8, n)}
+	}
+	return &buf{f: make([]float32, n)}
+}
 
 func h(a *mx.Array) *buf { return a.Handle().(*buf) }
 

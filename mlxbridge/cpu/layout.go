@@ -99,17 +99,7 @@ func (be *Backend) SliceUpdate(dst, src *mx.Array, start, step []int) (mx.Handle
 func (be *Backend) Concatenate(xs []*mx.Array, axis int, out []int) (mx.Handle, error) {
 	dt := xs[0].DType()
 	n := numel(out)
-	r := &buf{}
-	switch dt {
-	case mx.Int32:
-		r.i = make([]int32, n)
-	case mx.Uint32:
-		r.u = make([]uint32, n)
-	case mx.Uint8, mx.Bool:
-		r.b = make([]uint8, n)
-	default:
-		r.f = make([]float32, n)
-	}
+	r := newBuf(dt, n)
 	ost := stridesOf(out)
 	off := 0
 	for _, x := range xs {
@@ -247,18 +237,7 @@ func (be *Backend) TakeAlongAxis(x, idx *mx.Array, axis int, out []int) (mx.Hand
 		return nil, err
 	}
 	src := h(x)
-	r := &buf{}
-	n := numel(out)
-	switch x.DType() {
-	case mx.Int32:
-		r.i = make([]int32, n)
-	case mx.Uint32:
-		r.u = make([]uint32, n)
-	case mx.Uint8, mx.Bool:
-		r.b = make([]uint8, n)
-	default:
-		r.f = make([]float32, n)
-	}
+	r := newBuf(x.DType(), numel(out))
 	alongOffsets(x.Shape(), idx.Shape(), out, axis, func(o, xo, as, io int) {
 		p := xo + ids[io]*as
 		switch {
