@@ -13,6 +13,7 @@ import (
 
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu" // registers the "cpu" backend
+	_ "github.com/inloop/inloop/mlxbridge/mlx" // registers "mlx" where libmlxc loads
 )
 
 // command is one headless job.
@@ -100,7 +101,11 @@ func doctor(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "backend in use: %s\n", b.Name())
+	desc := b.Name()
+	if d, ok := b.(interface{ Describe() string }); ok {
+		desc = d.Describe()
+	}
+	fmt.Fprintf(stdout, "backend in use: %s\n", desc)
 	// A tiny real computation with a known answer and a gradient, so a broken BLAS
 	// or backend shows up here rather than as a strange training curve.
 	x := mx.FromFloat32([]float32{1, 2, 3, 4}, 2, 2)

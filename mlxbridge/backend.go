@@ -145,6 +145,11 @@ type (
 	Grader interface {
 		ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grads []*Array, err error)
 	}
+	// StopGradienter is implemented by backends with their own autodiff, so that
+	// StopGradient also cuts their graph, not only ours.
+	StopGradienter interface {
+		StopGradient(x *Array) (Handle, error)
+	}
 	// MemoryReporter reports bytes held by the backend.
 	MemoryReporter interface{ Memory() (active, peak int64) }
 )

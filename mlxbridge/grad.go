@@ -35,7 +35,14 @@ func record(out *Array, vjp func(g *Array) []*Array, inputs ...*Array) *Array {
 
 // StopGradient returns x cut out of the graph: no gradient flows through it.
 func StopGradient(x *Array) *Array {
-	if x == nil || x.err != nil || x.node == nil {
+	if x == nil || x.err != nil {
+		return x
+	}
+	if sg, ok := x.b.(StopGradienter); ok {
+		h, err := sg.StopGradient(x)
+		return newArray("stop_gradient", x.b, h, err, x.shape, x.dtype)
+	}
+	if x.node == nil {
 		return x
 	}
 	return &Array{b: x.b, h: x.h, shape: x.shape, dtype: x.dtype}

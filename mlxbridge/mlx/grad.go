@@ -1,0 +1,170 @@
+//go:build cgo && (darwin || linux)
+
+package mlx
+
+/*
+#include "mlxc.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/cgo"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// gradCall is the state of one ValueAndGrad: the user's function, the params it
+// was called for, and the Go error (or panic) the callback met, which is more
+// useful than MLX's "closure returned a non-zero value".
+type gradCall struct {
+	be     *Backend
+	f      func([]*mx.Array) []*mx.Array
+	params []*mx.Array
+	err    error
+}
+
+// goClosureCall is the mlx_closure MLX calls while it traces f. It runs on the
+// worker thread, inside mlx_closure_value_and_grad_apply, so the backend calls f
+// makes run directly there. The output vector arrives empty (a NULL ctx) and is
+// filled with mlx_vector_array_set_data.
+//
+//export goClosureCall
+func goClosureCall(out *C.mlxc_vector, in C.mlxc_vector, payload C.uintptr_t) C.int {
+	g := cgo.Handle(payload).Value().(*gradCall)
+	if err := g.call(out, in); err != nil {
+		g.err = err
+		return 1
+	}
+	return 0
+}
+
+func (g *gradCall) call(out *C.mlxc_vector, in C.mlxc_vector) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("mlx: value and grad: f panicked: %v", r)
+		}
+	}()
+	n := int(C.mlxc_vector_array_size(in))
+	if n != len(g.params) {
+		return fmt.Errorf("mlx: value and grad: traced %d inputs for %d params", n, len(g.params))
+	}
+	xs := make([]*mx.Array, n)
+	for i, p := range g.params {
+		var c C.mlxc_array
+		if C.mlxc_vector_array_get(&c, in, C.size_t(i)) != 0 {
+			return lastError("value and grad: input")
+		}
+		xs[i] = mx.Wrap(g.be, g.be.own(c), p.Shape(), p.DType())
+	}
+	outs := g.f(xs)
+	if len(outs) == 0 {
+		return errors.New("mlx: value and grad: f returned no outputs")
+	}
+	cs := make([]C.mlxc_array, len(outs))
+	for i, o := range outs {
+		if err := o.Err(); err != nil {
+			return fmt.Errorf("mlx: value and grad: output %d: %w", i, err)
+		}
+		c, err := arg(o)
+		if err != nil {
+			return fmt.Errorf("mlx: value and grad: output %d: %w", i, err)
+		}
+		cs[i] = c
+	}
+	if loss := outs[0]; loss.Size() != 1 || !loss.DType().IsFloat() {
+		return fmt.Errorf("mlx: value and grad: loss must be a float scalar, got %s", loss)
+	}
+	if C.mlxc_vector_array_set_data(out, ptr(cs), C.size_t(len(cs))) != 0 {
+		return lastError("value and grad: outputs")
+	}
+	runtime.KeepAlive(outs)
+	return nil
+}
+
+// ValueAndGrad differentiates f with MLX's own autodiff (mlx_value_and_grad): f
+// runs once, traced, and MLX builds the backward graph from its ops' rules.
+func (be *Backend) ValueAndGrad(f func(params []*mx.Array) []*mx.Array, params []*mx.Array) (outs, grads []*mx.Array, err error) {
+	g := &gradCall{be: be, f: f, params: params}
+	h := cgo.NewHandle(g)
+	defer h.Delete()
+	be.w.do(func() {
+		be.drain()
+		cs := make([]C.mlxc_array, len(params))
+		argnums := make([]C.int, len(params))
+		for i, p := range params {
+			if cs[i], err = arg(p); err != nil {
+				return
+			}
+			argnums[i] = C.int(i)
+		}
+		cl := C.mlxc_closure_for(C.uintptr_t(h))
+		if cl.ctx == nil {
+			err = lastError("value and grad: closure")
+			return
+		}
+		defer C.mlxc_closure_free(cl)
+		var vag C.mlxc_vag
+		if C.mlxc_value_and_grad(&vag, cl, ptr(argnums), C.size_t(len(argnums))) != 0 {
+			err = lastError("value and grad")
+			return
+		}
+		defer C.mlxc_closure_value_and_grad_free(vag)
+		in := C.mlxc_vector_array_new_data(ptr(cs), C.size_t(len(cs)))
+		defer C.mlxc_vector_array_free(in)
+		var vals, gs C.mlxc_vector
+		rc := C.mlxc_closure_value_and_grad_apply(&vals, &gs, vag, in)
+		if vals.ctx != nil {
+			defer C.mlxc_vector_array_free(vals)
+		}
+		if gs.ctx != nil {
+			defer C.mlxc_vector_array_free(gs)
+		}
+		if rc != 0 {
+			err = lastError("value and grad")
+			if g.err != nil {
+				err = g.err
+			}
+			return
+		}
+		if outs, err = be.adoptAll(vals); err != nil {
+			return
+		}
+		if grads, err = be.adoptAll(gs); err != nil {
+			return
+		}
+		if len(grads) != len(params) {
+			err = fmt.Errorf("mlx: value and grad: %d gradients for %d params", len(grads), len(params))
+			return
+		}
+		for i, gr := range grads {
+			if gr.DType() != params[i].DType() {
+				grads[i] = mx.AsType(gr, params[i].DType())
+			}
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return outs, grads, nil
+}
+
+// adoptAll wraps every array of an MLX vector. It runs on the worker.
+func (be *Backend) adoptAll(v C.mlxc_vector) ([]*mx.Array, error) {
+	n := int(C.mlxc_vector_array_size(v))
+	out := make([]*mx.Array, n)
+	for i := range out {
+		var c C.mlxc_array
+		if C.mlxc_vector_array_get(&c, v, C.size_t(i)) != 0 {
+			return nil, lastError("vector get")
+		}
+		a, err := be.adopt(c)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
+}
