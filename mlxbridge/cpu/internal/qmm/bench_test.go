@@ -1,0 +1,288 @@
+package qmm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Decoding streams weights far larger than any cache, so the matrix-vector benchmarks cycle
+// through copies of W totalling at least this much, several times the last-level cache.
+const streamBytes = 256 << 20
+
+// benchWeights is `copies` random quantized (N, K) matrices laid out one after another.
+type benchWeights struct {
+	N, K, group, bits, copies int
+	packed                    []uint32
+	scales, biases            []float32
+}
+
+func newBenchWeights(N, K, group, bits int) *benchWeights {
+	words, G := N*K*bits/32, N*K/group
+	bytes := 4 * (words + 2*G)
+	w := &benchWeights{N: N, K: K, group: group, bits: bits, copies: max(1, (streamBytes+bytes-1)/bytes)}
+	rng := rand.New(rand.NewPCG(9, 9))
+	w.packed = make([]uint32, w.copies*words)
+	for i := range w.packed {
+		w.packed[i] = rng.Uint32()
+	}
+	w.scales = make([]float32, w.copies*G)
+	w.biases = make([]float32, w.copies*G)
+	for i := range w.scales {
+		w.scales[i] = float32(rng.NormFloat64() * 0.01)
+		w.biases[i] = float32(rng.NormFloat64() * 0.05)
+	}
+	return w
+}
+
+// copy returns the i-th copy's slices.
+func (w *benchWeights) copy(i int) ([]uint32, []float32, []float32) {
+	words, G := w.N*w.K*w.bits/32, w.N*w.K/w.group
+	i %= w.copies
+	return w.packed[i*words : (i+1)*words], w.scales[i*G : (i+1)*G], w.biases[i*G : (i+1)*G]
+}
+
+// bytes is what one product streams: packed words, scales and biases of one copy.
+func (w *benchWeights) bytes() int64 { return int64(w.N*w.K*w.bits/8 + 8*w.N*w.K/w.group) }
+
+var (
+	bandwidthOnce sync.Once
+	bandwidth2    float64 // GB/s read by 2 threads, measured in this process
+)
+
+// readBandwidth sums a 256 MiB array on `threads` goroutines and returns GB/s, best of reps.
+func readBandwidth(a []float32, threads, reps int) float64 {
+	best := 0.0
+	for range reps {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for t := range threads {
+			part := a[len(a)*t/threads : len(a)*(t+1)/threads]
+			wg.Go(func() { sumFloats(part) })
+		}
+		wg.Wait()
+		best = max(best, float64(4*len(a))/time.Since(start).Seconds()/1e9)
+	}
+	return best
+}
+
+var memArray = sync.OnceValue(func() []float32 {
+	a := make([]float32, 64<<20) // 256 MiB
+	for i := range a {
+		a[i] = float32(i & 1023)
+	}
+	return a
+})
+
+// twoThreadBandwidth is the machine's 2-thread read bandwidth, measured once per process so
+// that every matrix-vector benchmark reports its share of it from the same run.
+func twoThreadBandwidth() float64 {
+	bandwidthOnce.Do(func() { bandwidth2 = readBandwidth(memArray(), 2, 5) })
+	return bandwidth2
+}
+
+func BenchmarkMemRead(b *testing.B) {
+	a := memArray()
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			b.SetBytes(int64(4 * len(a)))
+			for b.Loop() {
+				readBandwidth(a, threads, 1)
+			}
+			b.ReportMetric(float64(b.N)*float64(4*len(a))/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
+
+// levelNames names the kernel levels, as limitSIMD takes them.
+var levelNames = []string{"portable", "avx2", "avx512"}
+
+// BenchmarkMatVec is decoding's product, one row of x through a W streamed from memory, at
+// each SIMD level this machine has (AVX2 is the one every x86-64 user is expected to have).
+func BenchmarkMatVec(b *testing.B) {
+	bw := twoThreadBandwidth()
+	top := simdLevel()
+	defer limitSIMD(-1)
+	for _, bits := range []int{4, 8} {
+		for _, shape := range [][2]int{{4096, 4096}, {11008, 4096}, {4096, 11008}} {
+			N, K := shape[0], shape[1]
+			w := newBenchWeights(N, K, 64, bits)
+			x, out := make([]float32, K), make([]float32, N)
+			for i := range x {
+				x[i] = float32(i%7) - 3
+			}
+			for level := top; level >= 1; level-- {
+				b.Run(fmt.Sprintf("bits=%d/%dx%d/%s", bits, N, K, levelNames[level]), func(b *testing.B) {
+					limitSIMD(level)
+					b.SetBytes(w.bytes())
+					i := 0
+					for b.Loop() {
+						p, s, bi := w.copy(i)
+						MatMulT(out, x, 1, K, p, s, bi, N, 64, bits)
+						i++
+					}
+					gbs := float64(b.N) * float64(w.bytes()) / b.Elapsed().Seconds() / 1e9
+					b.ReportMetric(gbs, "GB/s")
+					b.ReportMetric(100*gbs/bw, "%bw2")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMatVecSmall covers the matrices of small models (SmolLM2-135M: 576 wide, MLP
+// 1536; Qwen3-0.6B: 1024 wide, MLP 3072), where a product takes microseconds and handing work
+// to other cores is a visible part of it. Weights stream from memory as in decoding.
+func BenchmarkMatVecSmall(b *testing.B) {
+	bw := twoThreadBandwidth()
+	for _, bits := range []int{4, 8} {
+		for _, shape := range [][2]int{{576, 576}, {1536, 576}, {576, 1536}, {1024, 1024}, {3072, 1024}} {
+			N, K := shape[0], shape[1]
+			b.Run(fmt.Sprintf("bits=%d/%dx%d", bits, N, K), func(b *testing.B) {
+				w := newBenchWeights(N, K, 64, bits)
+				x, out := make([]float32, K), make([]float32, N)
+				b.SetBytes(w.bytes())
+				i := 0
+				for b.Loop() {
+					p, s, bi := w.copy(i)
+					MatMulT(out, x, 1, K, p, s, bi, N, 64, bits)
+					i++
+				}
+				gbs := float64(b.N) * float64(w.bytes()) / b.Elapsed().Seconds() / 1e9
+				b.ReportMetric(gbs, "GB/s")
+				b.ReportMetric(100*gbs/bw, "%bw2")
+			})
+		}
+	}
+}
+
+// BenchmarkMatVecT is the transposed product for one row (x @ W), as in a backward pass.
+func BenchmarkMatVecT(b *testing.B) {
+	bw := twoThreadBandwidth()
+	for _, bits := range []int{4, 8} {
+		b.Run(fmt.Sprintf("bits=%d/4096x4096", bits), func(b *testing.B) {
+			w := newBenchWeights(4096, 4096, 64, bits)
+			x, out := make([]float32, 4096), make([]float32, 4096)
+			b.SetBytes(w.bytes())
+			i := 0
+			for b.Loop() {
+				p, s, bi := w.copy(i)
+				MatMul(out, x, 1, 4096, p, s, bi, 4096, 64, bits)
+				i++
+			}
+			gbs := float64(b.N) * float64(w.bytes()) / b.Elapsed().Seconds() / 1e9
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(100*gbs/bw, "%bw2")
+		})
+	}
+}
+
+const benchM, benchN, benchK = 512, 4096, 4096
+
+func BenchmarkMatMulT_M512(b *testing.B) {
+	for _, bits := range []int{4, 8} {
+		b.Run(fmt.Sprintf("bits=%d", bits), func(b *testing.B) {
+			w := newBenchWeights(benchN, benchK, 64, bits)
+			x, out := make([]float32, benchM*benchK), make([]float32, benchM*benchN)
+			p, s, bi := w.copy(0)
+			for b.Loop() {
+				MatMulT(out, x, benchM, benchK, p, s, bi, benchN, 64, bits)
+			}
+			b.ReportMetric(2*benchM*benchN*benchK*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkSgemm is raw cblas at BenchmarkMatMulT_M512's shape, x (M, K) @ W^T (K, N).
+func BenchmarkSgemm(b *testing.B) {
+	x, wt, out := make([]float32, benchM*benchK), make([]float32, benchN*benchK), make([]float32, benchM*benchN)
+	for b.Loop() {
+		sgemmNT(out, x, wt, benchM, benchN, benchK, benchN)
+	}
+	b.ReportMetric(2*benchM*benchN*benchK*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkCrossover times both strategies of each form (T: x @ W^T, N: x @ W) for small M,
+// to place fusedMax.
+func BenchmarkCrossover(b *testing.B) {
+	const N, K = 4096, 4096
+	for _, bits := range []int{4, 8} {
+		w := newBenchWeights(N, K, 64, bits)
+		for _, form := range []string{"T", "N"} {
+			for _, M := range []int{1, 4, 16, 32, 64} {
+				x, out := make([]float32, M*K), make([]float32, M*N)
+				for _, strategy := range []string{"fused", "tiled"} {
+					b.Run(fmt.Sprintf("bits=%d/%s/M=%d/%s", bits, form, M, strategy), func(b *testing.B) {
+						i := 0
+						for b.Loop() {
+							p, s, bi := w.copy(i)
+							ww := newWeights("bench", p, s, bi, N, K, 64, bits)
+							switch form + strategy {
+							case "Tfused":
+								gemvT(ww, out, x, M)
+							case "Ttiled":
+								tiledT(ww, out, x, M)
+							case "Nfused":
+								gemv(ww, out, x, M)
+							case "Ntiled":
+								tiled(ww, out, x, M)
+							}
+							ww.close()
+							i++
+						}
+						b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(M), "us/row")
+					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkMatVecHot runs the matrix-vector kernel on one thread over a W that stays in L2,
+// which measures decoding speed alone: the ceiling the streaming benchmarks approach, per
+// core. It covers each kernel level this machine has.
+func BenchmarkMatVecHot(b *testing.B) {
+	const N, K = 128, 4096
+	defer limitSIMD(-1)
+	for level := simdLevel(); level >= 0; level-- {
+		for _, bits := range []int{2, 4, 8} {
+			b.Run(fmt.Sprintf("%s/bits=%d", levelNames[level], bits), func(b *testing.B) {
+				limitSIMD(level)
+				w := newBenchWeights(N, K, 64, bits)
+				ww := newWeights("bench", w.packed, w.scales, w.biases, N, K, 64, bits)
+				defer ww.close()
+				x, out := make([]float32, K), make([]float32, N)
+				run := kernelOnThisThread(ww, x)
+				b.SetBytes(w.bytes())
+				for b.Loop() {
+					run(out)
+				}
+				b.ReportMetric(float64(b.N)*float64(w.bytes())/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
+
+// BenchmarkDequantTiles is the dequantizing half of the sgemm path: all of a 4096x4096 W,
+// one tile at a time into the same buffer, on all cores.
+func BenchmarkDequantTiles(b *testing.B) {
+	const N, K = 4096, 4096
+	for _, bits := range []int{4, 8} {
+		b.Run(fmt.Sprintf("bits=%d", bits), func(b *testing.B) {
+			w := newBenchWeights(N, K, 64, bits)
+			p, s, bi := w.copy(0)
+			ww := newWeights("bench", p, s, bi, N, K, 64, bits)
+			defer ww.close()
+			T := tileRows(K)
+			buf := make([]float32, T*K)
+			for b.Loop() {
+				for n0 := 0; n0 < N; n0 += T {
+					dequantTile(ww, buf, n0, min(n0+T, N))
+				}
+			}
+			b.ReportMetric(float64(N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gweights/s")
+		})
+	}
+}

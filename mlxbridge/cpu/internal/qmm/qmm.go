@@ -1,0 +1,327 @@
+// Package qmm is the cpu backend's quantized matrix product: out = x @ dequant(W)^T and its
+// transpose, over weights in MLX's affine format (see package quant), without ever
+// materializing the whole dequantized W.
+//
+// Decoding a token multiplies one activation row by every weight matrix, so that case (M
+// small) is a matrix-vector product bounded by how fast the packed weights stream from memory
+// and are decoded. C kernels read each packed word once, split over cores by rows of W, and
+// use dot(w_g, x_g) = s*dot(q_g, x_g) + b*sum(x_g) per group: AVX-512 or AVX2+FMA on x86-64,
+// chosen at run time, for 2, 4 and 8 bits; portable C written for the compiler to vectorize
+// (NEON on arm64) for those and every other width. Prefill and training (M large) are compute
+// bound: tiles of W are dequantized into a scratch buffer and multiplied by cblas_sgemm
+// (OpenBLAS, Accelerate on macOS), so they run near sgemm speed.
+package qmm
+
+/*
+#cgo CFLAGS: -O3 -std=gnu11
+#cgo linux pkg-config: openblas
+#cgo darwin CFLAGS: -DACCELERATE_NEW_LAPACK
+#cgo darwin LDFLAGS: -framework Accelerate
+#include "qmm.h"
+#ifdef __APPLE__
+#include <Accelerate/Accelerate.h>
+#else
+#include <cblas.h>
+#endif
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Crossovers from the fused matrix-vector kernels to dequantize-and-sgemm, in rows of x. On
+// x86-64 with OpenBLAS, measured at 4096x4096 on a 2-core Zen 4 (see BenchmarkCrossover): the
+// fused kernels win up to 32 rows for x @ W^T and about 8 for x @ W (on a 2-core Xeon slice,
+// with a slower sgemm, they won up to 64 for both). On macOS, Accelerate's sgemm runs on the
+// matrix coprocessor at several times NEON's speed, so sgemm takes over early; that value is
+// an estimate, not a measurement.
+func fusedMax(wT bool) int {
+	if runtime.GOOS == "darwin" {
+		return 4
+	}
+	if wT {
+		return 32
+	}
+	return 8
+}
+
+// weights is a validated W with its slices pinned, so the C struct may point into them.
+type weights struct {
+	c      C.qmm_w
+	N, K   int
+	pinner runtime.Pinner
+}
+
+func newWeights(op string, packed []uint32, scales, biases []float32, N, K, groupSize, bits int) *weights {
+	if bits < 2 || bits > 8 {
+		panic(fmt.Sprintf("qmm.%s: %d bits outside 2..8", op, bits))
+	}
+	if groupSize != 32 && groupSize != 64 && groupSize != 128 {
+		panic(fmt.Sprintf("qmm.%s: group size %d is not 32, 64 or 128", op, groupSize))
+	}
+	if N < 0 || K <= 0 || K%groupSize != 0 {
+		panic(fmt.Sprintf("qmm.%s: W shape (%d, %d) with group %d", op, N, K, groupSize))
+	}
+	words, groups := K*bits/32, K/groupSize
+	if len(packed) < N*words || len(scales) < N*groups || len(biases) < N*groups {
+		panic(fmt.Sprintf("qmm.%s: W (%d, %d) at %d bits needs %d words and %d scales and biases, got %d, %d, %d",
+			op, N, K, bits, N*words, N*groups, len(packed), len(scales), len(biases)))
+	}
+	w := &weights{N: N, K: K}
+	w.c = C.qmm_w{K: C.int(K), group: C.int(groupSize), bits: C.int(bits)}
+	if N > 0 {
+		w.pinner.Pin(&packed[0])
+		w.pinner.Pin(&scales[0])
+		w.pinner.Pin(&biases[0])
+		w.c.packed = (*C.uint32_t)(unsafe.Pointer(&packed[0]))
+		w.c.scales = (*C.float)(&scales[0])
+		w.c.biases = (*C.float)(&biases[0])
+	}
+	return w
+}
+
+func (w *weights) close() { w.pinner.Unpin() }
+
+// MatMulT sets out = x @ dequant(W)^T: x is (M, K), W is (N, K) stored as packed
+// (N, K*bits/32) words and (N, K/groupSize) scales and biases, out is (M, N). All row-major.
+// bits may be 2..8; groupSize 32, 64 or 128. It panics on inconsistent shapes.
+func MatMulT(out, x []float32, M, K int, packed []uint32, scales, biases []float32, N, groupSize, bits int) {
+	w := newWeights("MatMulT", packed, scales, biases, N, K, groupSize, bits)
+	defer w.close()
+	if len(x) < M*K || len(out) < M*N || M < 0 {
+		panic(fmt.Sprintf("qmm.MatMulT: x has %d values, out %d, for M=%d K=%d N=%d", len(x), len(out), M, K, N))
+	}
+	if M == 0 || N == 0 {
+		return
+	}
+	if M <= fusedMax(true) {
+		gemvT(w, out, x, M)
+	} else {
+		tiledT(w, out, x, M)
+	}
+}
+
+// MatMul sets out = x @ dequant(W): W is (N, K) as in MatMulT, x is (M, N), out is (M, K). It
+// is the backward of MatMulT with respect to x. It panics on inconsistent shapes.
+func MatMul(out, x []float32, M, N int, packed []uint32, scales, biases []float32, K, groupSize, bits int) {
+	w := newWeights("MatMul", packed, scales, biases, N, K, groupSize, bits)
+	defer w.close()
+	if len(x) < M*N || len(out) < M*K || M < 0 {
+		panic(fmt.Sprintf("qmm.MatMul: x has %d values, out %d, for M=%d N=%d K=%d", len(x), len(out), M, N, K))
+	}
+	if M == 0 {
+		return
+	}
+	if N == 0 {
+		clear(out[:M*K])
+		return
+	}
+	if M <= fusedMax(false) {
+		gemv(w, out, x, M)
+	} else {
+		tiled(w, out, x, M)
+	}
+}
+
+// scratch holds a call's prepared activations; pooled so decoding allocates nothing.
+type scratch struct{ xp, xsum []float32 }
+
+var scratchPool sync.Pool
+
+// getScratch returns buffers of at least the given lengths, xp aligned to 64 bytes so the
+// kernels' vector loads of it never straddle cache lines.
+func getScratch(xpLen, xsumLen int) *scratch {
+	s, _ := scratchPool.Get().(*scratch)
+	if s == nil {
+		s = &scratch{}
+	}
+	if cap(s.xp) < xpLen {
+		s.xp = alignedFloats(xpLen)
+	}
+	if cap(s.xsum) < xsumLen {
+		s.xsum = make([]float32, xsumLen)
+	}
+	return s
+}
+
+// alignedFloats returns n floats starting on a 64-byte boundary.
+func alignedFloats(n int) []float32 {
+	buf := make([]float32, n+16)
+	off := int(uintptr(unsafe.Pointer(&buf[0]))%64) / 4
+	if off != 0 {
+		off = 16 - off
+	}
+	return buf[off : off+n : off+n]
+}
+
+// gemvT runs the fused kernel, splitting W's rows among cores; each core reads its rows once
+// for all M rows of x.
+func gemvT(w *weights, out, x []float32, M int) {
+	K, N, G := w.K, w.N, w.K/int(w.c.group)
+	xpLen := int(C.qmm_xp_len(C.int(K), w.c.bits))
+	s := getScratch(M*xpLen, M*G)
+	defer scratchPool.Put(s)
+	xp, xsum := (*C.float)(&s.xp[0]), (*C.float)(&s.xsum[0])
+	for m0 := 0; m0 < M; m0 += 4 {
+		C.qmm_prepare_x(&w.c, (*C.float)(&x[m0*K]), C.int(K), C.int(min(4, M-m0)),
+			(*C.float)(&s.xp[m0*xpLen]), (*C.float)(&s.xsum[m0*G]))
+	}
+	parallel(N, 2, M*K*int(w.c.bits)/8, func(n0, n1 int) {
+		C.qmm_gemv_t_batch(&w.c, xp, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&out[0]), C.int(N))
+	})
+}
+
+// gemv runs the fused transposed kernel. Each core takes a range of W's rows, streaming them
+// in order, and sums their contributions to all of out into its own buffer (the first core
+// into out itself); the buffers are added at the end.
+func gemv(w *weights, out, x []float32, M int) {
+	K, N, G := w.K, w.N, w.K/int(w.c.group)
+	for m0 := 0; m0 < M; m0 += 4 {
+		mb := min(4, M-m0)
+		ranges := split(N, 4, mb*K*int(w.c.bits)/8)
+		parts := make([][]float32, len(ranges))
+		parts[0] = out[m0*K : (m0+mb)*K]
+		for i := 1; i < len(parts); i++ {
+			parts[i] = make([]float32, mb*K)
+		}
+		xm := (*C.float)(&x[m0*N])
+		run(ranges, func(i, n0, n1 int) {
+			scratch := make([]float32, mb*(int(C.qmm_xp_len(C.int(K), w.c.bits))+G))
+			C.qmm_gemv(&w.c, C.int(n0), C.int(n1), xm, C.int(N), C.int(mb), (*C.float)(&parts[i][0]), C.int(K), (*C.float)(&scratch[0]))
+		})
+		for _, p := range parts[1:] {
+			for k, v := range p {
+				parts[0][k] += v
+			}
+		}
+	}
+}
+
+// tileBytes bounds the dequantized tile of W handed to sgemm: large enough that sgemm runs at
+// full speed, small enough to stay in the last-level cache between dequantizing and use.
+const tileBytes = 4 << 20
+
+func tileRows(K int) int { return max(32, min(512, tileBytes/(4*K))/32*32) }
+
+// dequantTile dequantizes rows [n0, n1) of W into buf on all cores.
+func dequantTile(w *weights, buf []float32, n0, n1 int) {
+	K := w.K
+	parallel(n1-n0, 8, K, func(a, b int) {
+		C.qmm_dequant(&w.c, C.int(n0+a), C.int(n0+b), (*C.float)(&buf[a*K]))
+	})
+}
+
+// tilePool recycles the dequantized tiles (megabytes each), which would otherwise be
+// allocated and cleared on every call.
+var tilePool sync.Pool
+
+func getTile(n int) []float32 {
+	if t, _ := tilePool.Get().([]float32); cap(t) >= n {
+		return t[:n]
+	}
+	return make([]float32, n)
+}
+
+// tiledT computes out = x @ W^T one tile of W's rows at a time: out[:, n0:n1] =
+// x @ tile^T, with cblas spreading each product over the cores.
+func tiledT(w *weights, out, x []float32, M int) {
+	K, N := w.K, w.N
+	T := tileRows(K)
+	buf := getTile(T * K)
+	defer tilePool.Put(buf)
+	for n0 := 0; n0 < N; n0 += T {
+		n1 := min(n0+T, N)
+		dequantTile(w, buf, n0, n1)
+		sgemmNT(out[n0:], x, buf, M, n1-n0, K, N)
+	}
+}
+
+// sgemmNT sets out (M, N), row stride ldo, to x (M, K) @ w^T for w (N, K).
+func sgemmNT(out, x, w []float32, M, N, K, ldo int) {
+	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasTrans, C.int(M), C.int(N), C.int(K),
+		1, (*C.float)(&x[0]), C.int(K), (*C.float)(&w[0]), C.int(K), 0, (*C.float)(&out[0]), C.int(ldo))
+}
+
+// tiled computes out = x @ W one tile of W's rows at a time, accumulating
+// out += x[:, n0:n1] @ tile.
+func tiled(w *weights, out, x []float32, M int) {
+	K, N := w.K, w.N
+	T := tileRows(K)
+	buf := getTile(T * K)
+	defer tilePool.Put(buf)
+	for n0 := 0; n0 < N; n0 += T {
+		n1 := min(n0+T, N)
+		dequantTile(w, buf, n0, n1)
+		beta := C.float(1)
+		if n0 == 0 {
+			beta = 0
+		}
+		C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasNoTrans, C.int(M), C.int(K), C.int(n1-n0),
+			1, (*C.float)(&x[n0]), C.int(N), (*C.float)(&buf[0]), C.int(K), beta, (*C.float)(&out[0]), C.int(K))
+	}
+}
+
+// split cuts [0, n) into contiguous ranges, multiples of align except the last, one per core.
+// costPerItem (bytes touched per item) keeps small problems on one core: below about 64 KiB
+// per core, waking another one costs more than it saves.
+func split(n, align, costPerItem int) [][2]int {
+	const minWork = 1 << 16
+	workers := min(runtime.GOMAXPROCS(0), (n+align-1)/align, max(1, n*costPerItem/minWork))
+	ranges := make([][2]int, 0, workers)
+	lo := 0
+	for i := range workers {
+		hi := n
+		if i < workers-1 {
+			hi = min(n, (n*(i+1)/workers+align-1)/align*align)
+		}
+		if hi > lo {
+			ranges = append(ranges, [2]int{lo, hi})
+		}
+		lo = hi
+	}
+	return ranges
+}
+
+// run calls fn(i, lo, hi) for every range concurrently, the first on the calling goroutine.
+func run(ranges [][2]int, fn func(i, lo, hi int)) {
+	var wg sync.WaitGroup
+	for i := 1; i < len(ranges); i++ {
+		wg.Go(func() { fn(i, ranges[i][0], ranges[i][1]) })
+	}
+	if len(ranges) > 0 {
+		fn(0, ranges[0][0], ranges[0][1])
+	}
+	wg.Wait()
+}
+
+// parallel runs fn over split(n, align, costPerItem).
+func parallel(n, align, costPerItem int, fn func(lo, hi int)) {
+	run(split(n, align, costPerItem), func(_, lo, hi int) { fn(lo, hi) })
+}
+
+// limitSIMD caps the kernel level (2 AVX-512, 1 AVX2, 0 portable; -1 lifts the cap); tests
+// use it to cover every path on one machine.
+func limitSIMD(level int) { C.qmm_limit_simd(C.int(level)) }
+
+// simdLevel reports the kernel level in use.
+func simdLevel() int { return int(C.qmm_simd()) }
+
+// sumFloats sums a in C at memory speed; benchmarks use it to measure read bandwidth.
+func sumFloats(a []float32) float32 {
+	return float32(C.qmm_sum_floats((*C.float)(&a[0]), C.long(len(a))))
+}
+
+// kernelOnThisThread prepares one row x for the matrix-vector kernel and returns a function
+// that runs the kernel over all of W's rows on the calling thread; benchmarks use it.
+func kernelOnThisThread(w *weights, x []float32) func(out []float32) {
+	xp := alignedFloats(int(C.qmm_xp_len(C.int(w.K), w.c.bits)))
+	xsum := make([]float32, w.K/int(w.c.group))
+	C.qmm_prepare_x(&w.c, (*C.float)(&x[0]), C.int(w.K), 1, (*C.float)(&xp[0]), (*C.float)(&xsum[0]))
+	return func(out []float32) {
+		C.qmm_gemv_t(&w.c, (*C.float)(&xp[0]), (*C.float)(&xsum[0]), 1, 0, C.int(w.N), (*C.float)(&out[0]), C.int(w.N))
+	}
+}

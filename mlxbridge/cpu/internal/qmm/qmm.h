@@ -1,0 +1,76 @@
+// Fused quantized matrix products over MLX's affine format. W is (N, K): row n holds K values
+// of `bits` bits as an LSB-first uint32 bit stream (K*bits/32 words), and (K/group) float
+// scales and biases, w = scale*q + bias.
+#ifndef INLOOP_QMM_H
+#define INLOOP_QMM_H
+
+#include <stdint.h>
+
+typedef struct {
+	int K, group, bits;      // W is (N, K), quantized in groups of `group` along K
+	const uint32_t *packed;  // (N, K*bits/32)
+	const float *scales;     // (N, K/group)
+	const float *biases;     // (N, K/group)
+} qmm_w;
+
+// Kernel selection, decided once from cpuid: 2 when the AVX-512 matrix-vector kernels run
+// (and AVX2 for the rest), 1 for AVX2+FMA, 0 for the portable C path. qmm_limit_simd(l) caps
+// the level at l (-1: no cap), so tests can cover every path on one machine.
+int qmm_simd(void);
+void qmm_limit_simd(int level);
+
+// Matrix-vector products out[m*ldo + n] = sum_k x[m][k] * w[n][k] for m < mb <= 4 and
+// n in [n0, n1). The x rows must first go through qmm_prepare_x, which lays them out for the
+// kernel (xp: mb * qmm_xp_len(K) floats) and sums them per group (xsum: mb * K/group).
+int qmm_xp_len(int K, int bits);
+void qmm_prepare_x(const qmm_w *w, const float *x, int ldx, int mb, float *xp, float *xsum);
+void qmm_gemv_t(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                int n0, int n1, float *out, int ldo);
+
+// The same for any number M of x rows (prepared all at once, row stride qmm_xp_len): W is
+// read once, 16 rows at a time staying in cache while each block of 4 x rows passes over them.
+void qmm_gemv_t_batch(const qmm_w *w, const float *xp, const float *xsum, int M,
+                      int n0, int n1, float *out, int ldo);
+
+// out[m*ldo + k] = sum_{n in [n0, n1)} x[m*ldx + n] * w[n][k] for m < mb <= 4 and all K
+// columns: the part of x @ W that rows [n0, n1) of W contribute. scratch holds
+// mb*(qmm_xp_len(K) + K/group) floats.
+void qmm_gemv(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
+              float *out, int ldo, float *scratch);
+
+// Dequantizes rows [n0, n1) of W into dst, row-major with leading dimension K.
+void qmm_dequant(const qmm_w *w, int n0, int n1, float *dst);
+
+// Portable kernels, also the fallback for bit widths without a SIMD kernel. For 2, 4 and 8
+// bits the matrix-vector kernels read x in the lane layout of qmm_prepare_x_lanes (16 lanes
+// for AVX-512 and the portable kernel, 8 for AVX2), for other widths in natural order.
+void qmm_prepare_x_lanes(const qmm_w *w, const float *x, int ldx, int mb, int lanes, float *xp, float *xsum);
+void qmm_prepare_x_natural(const qmm_w *w, const float *x, int ldx, int mb, float *xp, float *xsum);
+void qmm_gemv_t_portable(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                         int n0, int n1, float *out, int ldo);
+void qmm_gemv_portable(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
+                       float *out, int ldo, float *scratch);
+void qmm_dequant_portable(const qmm_w *w, int n0, int n1, float *dst);
+void qmm_unpack(const uint32_t *row, int k0, int n, int bits, float *dst);
+void qmm_lanes_to_out(const qmm_w *w, int lanes, const float *acc, const float *cb, int mb,
+                      float *out, int ldo);
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define QMM_X86 1
+void qmm_gemv_t_avx2(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                     int n0, int n1, float *out, int ldo);
+void qmm_gemv_lanes_avx2(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
+                         float *out, int ldo, float *scratch);
+void qmm_gemv_t_natural_avx2(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                             int n0, int n1, float *out, int ldo);
+void qmm_dequant_avx2(const qmm_w *w, int n0, int n1, float *dst);
+void qmm_gemv_t_avx512(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                       int n0, int n1, float *out, int ldo);
+void qmm_gemv_avx512(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
+                     float *out, int ldo, float *scratch);
+#endif
+
+// Benchmark helper: sums n floats, to measure the machine's read bandwidth.
+float qmm_sum_floats(const float *a, long n);
+
+#endif
