@@ -81,24 +81,24 @@ func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
 	}
 	if vec != nil {
 		src := h(x).f
-		out := make([]float32, len(src))
+		out := scratch(len(src))
 		vec(out, src)
 		roundTo(x.DType(), out)
-		return &buf{f: out}, nil
+		return pooledBuf(out), nil
 	}
 	f := unaryFunc(op)
 	if f == nil {
 		return nil, fmt.Errorf("cpu: unary op %d not supported", op)
 	}
 	src := h(x).f
-	out := make([]float32, len(src))
+	out := scratch(len(src))
 	parallel(len(src), elemGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = f(src[i])
 		}
 	})
 	roundTo(x.DType(), out)
-	return &buf{f: out}, nil
+	return pooledBuf(out), nil
 }
 
 // binaryKernel applies op to n elements: out[i] = a[i*as] op b[i*bs], with as, bs in {0, 1}.
@@ -224,7 +224,7 @@ func (be *Backend) Binary(op mx.BinaryOp, a, b *mx.Array, out []int, dt mx.DType
 		return be.intEqual(a, b, out), nil
 	}
 	af, bf := asFloat(a), asFloat(b)
-	res := make([]float32, numel(out))
+	res := scratch(numel(out)) // every case below writes every element
 	n := len(res)
 	switch {
 	case n == 0:
@@ -261,7 +261,7 @@ func (be *Backend) Binary(op mx.BinaryOp, a, b *mx.Array, out []int, dt mx.DType
 		return &buf{b: bb}, nil
 	}
 	roundTo(dt, res)
-	return &buf{f: res}, nil
+	return pooledBuf(res), nil
 }
 
 func (be *Backend) intEqual(a, b *mx.Array, out []int) *buf {

@@ -15,17 +15,16 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 		k = as[len(as)-2]
 	}
 	lda, ldb := as[len(as)-1], bs[len(bs)-1]
-	res := make([]float32, numel(out))
 	batch := out[:len(out)-2]
 	nb := numel(batch)
-	if nb == 0 || m == 0 || n == 0 {
-		return &buf{f: res}, nil
+	if nb == 0 || m == 0 || n == 0 || k == 0 {
+		return &buf{f: make([]float32, numel(out))}, nil
 	}
+	res := scratch(numel(out)) // sgemm with beta 0 overwrites every element
 	// x (..., M, K) @ w (K, N) with no batch on w: one GEMM over all rows.
 	if !ta && numel(bs[:len(bs)-2]) == 1 && numel(as[:len(as)-2]) == nb {
 		sgemm(false, tb, nb*m, n, k, af, lda, bf, ldb, 0, res, n)
-		roundTo(mx.Float32, res)
-		return &buf{f: res}, nil
+		return pooledBuf(res), nil
 	}
 	sa := bstrides(as[:len(as)-2], batch)
 	sb := bstrides(bs[:len(bs)-2], batch)
@@ -34,7 +33,7 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 		func(i int, offs []int) {
 			sgemm(ta, tb, m, n, k, af[offs[0]*ma:], lda, bf[offs[1]*mb:], ldb, 0, res[i*m*n:], n)
 		})
-	return &buf{f: res}, nil
+	return pooledBuf(res), nil
 }
 
 func (be *Backend) Slice(x *mx.Array, start, step, out []int) (mx.Handle, error) {
