@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func FuzzParse(f *testing.F) {
+func FuzzSafetensors(f *testing.F) {
 	var seeds [][]byte
 	add := func(tensors []Tensor, meta map[string]string) {
 		var buf bytes.Buffer
