@@ -91,6 +91,14 @@ func (a *attention) probs(bh int, p []float32) {
 	kv := bi*a.hkv + hh/(a.hq/a.hkv)
 	l, s, d := a.l, a.s, a.d
 	sgemm(false, true, l, s, d, a.q[bh*l*d:], d, a.k[kv*s*d:], d, 0, p, s)
+	if a.mst == nil { // no explicit mask: scale, causal limit and softmax in one C pass
+		first := s
+		if a.causal {
+			first = s - l + 1
+		}
+		softmaxCausalRows(p, l, s, first, a.scale)
+		return
+	}
 	negInf := float32(math.Inf(-1))
 	for i := 0; i < l; i++ {
 		row := p[i*s : (i+1)*s]
@@ -100,17 +108,14 @@ func (a *attention) probs(bh int, p []float32) {
 		}
 		for j := range row {
 			x := row[j] * a.scale
-			if j >= limit {
+			off := bi*a.mst[0] + hh*a.mst[1] + i*a.mst[2] + j*a.mst[3]
+			switch {
+			case j >= limit:
 				x = negInf
-			} else if a.mst != nil {
-				off := bi*a.mst[0] + hh*a.mst[1] + i*a.mst[2] + j*a.mst[3]
-				if a.mb != nil {
-					if a.mb[off] == 0 {
-						x = negInf
-					}
-				} else {
-					x += a.mf[off]
-				}
+			case a.mb != nil && a.mb[off] == 0:
+				x = negInf
+			case a.mb == nil:
+				x += a.mf[off]
 			}
 			row[j] = x
 		}

@@ -51,17 +51,22 @@ void inloop_sigmoid(float *y, const float *x, size_t n) {
 	for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + exp_poly(-x[i]));
 }
 
-// Reductions keep 8 partial results, a vector's worth, so they vectorize without
-// reassociating floating point behind the compiler's back.
+// The row max uses GCC/Clang vector extensions: a compare gives a lane mask and the
+// select is bitwise, so it vectorizes without relaxing NaN semantics (a scalar
+// `x > m ? x : m` does not, under strict floating point).
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
 static float row_max(const float *x, size_t d) {
-	float m8[8];
+	v8f m8;
 	for (int k = 0; k < 8; k++) m8[k] = -__builtin_inff();
 	size_t i = 0;
-	for (; i + 8 <= d; i += 8)
-		for (int k = 0; k < 8; k++) {
-			int32_t gt = -(int32_t)(x[i + k] > m8[k]); // a mask, not a branch: vectorizes
-			m8[k] = float_of((bits_of(x[i + k]) & gt) | (bits_of(m8[k]) & ~gt));
-		}
+	for (; i + 8 <= d; i += 8) {
+		v8f v;
+		memcpy(&v, x + i, sizeof v);
+		v8i gt = (v8i)(v > m8);
+		m8 = (v8f)(((v8i)v & gt) | ((v8i)m8 & ~gt));
+	}
 	float m = -__builtin_inff();
 	for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
 	for (; i < d; i++) m = x[i] > m ? x[i] : m;
@@ -93,6 +98,22 @@ void inloop_softmax_rows(float *out, const float *x, size_t rows, size_t d) {
 		if (isinf(m) && m < 0) m = 0; // a fully masked row: all zeros, then 0/0 = NaN as in MLX
 		float inv = (float)(1.0 / exp_sum(o, xr, m, d));
 		for (size_t i = 0; i < d; i++) o[i] *= inv;
+	}
+}
+
+// Attention rows: p[0:limit] = softmax(p[0:limit]·scale), p[limit:d] = 0 (the causal
+// mask), in place.
+MULTIVERSION
+void inloop_softmax_causal_rows(float *p, size_t rows, size_t d, size_t first_limit, float scale) {
+	for (size_t r = 0; r < rows; r++) {
+		float *row = p + r * d;
+		size_t limit = first_limit + r < d ? first_limit + r : d;
+		for (size_t j = 0; j < limit; j++) row[j] *= scale;
+		float m = row_max(row, limit);
+		if (isinf(m) && m < 0) m = 0;
+		float inv = (float)(1.0 / exp_sum(row, row, m, limit));
+		for (size_t j = 0; j < limit; j++) row[j] *= inv;
+		for (size_t j = limit; j < d; j++) row[j] = 0;
 	}
 }
 

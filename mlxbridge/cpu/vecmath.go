@@ -40,3 +40,12 @@ func siluVec(y, x []float32) {
 func sigmoidVec(y, x []float32) {
 	vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_sigmoid(a, b, n) })
 }
+
+// softmaxCausalRows turns rows of raw scores (L, S) into attention probabilities in
+// place: row i keeps the first firstLimit+i keys, scaled, and masks the rest.
+func softmaxCausalRows(p []float32, rows, d, firstLimit int, scale float32) {
+	if rows == 0 || d == 0 {
+		return
+	}
+	C.inloop_softmax_causal_rows(cf(p), C.size_t(rows), C.size_t(d), C.size_t(firstLimit), C.float(scale))
+}
