@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+bash scripts/fixtures.sh   # real tokenizer files + reference encoders, for differential tests
 go vet ./...
 go test -count=1 -timeout 20m ./...

@@ -1,0 +1,164 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// Load reads a model folder's tokenizer.json and, where present,
+// tokenizer_config.json (bos/eos tokens, add_bos_token) and
+// generation_config.json (eos_token_id, which may list several stop tokens).
+func Load(dir string) (*Tokenizer, error) {
+	tokJSON, err := readCapped(filepath.Join(dir, "tokenizer.json"), MaxTokenizerJSON)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	cfgJSON, err := readCapped(filepath.Join(dir, "tokenizer_config.json"), maxConfigJSON)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := FromJSONWithConfig(tokJSON, cfgJSON)
+	if err != nil {
+		return nil, err
+	}
+	genJSON, err := readCapped(filepath.Join(dir, "generation_config.json"), maxConfigJSON)
+	switch {
+	case err == nil:
+		if err := t.addGenerationEOS(genJSON); err != nil {
+			return nil, fmt.Errorf("tokenizer: generation_config.json: %w", err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return t, nil
+}
+
+// readCapped reads a file of at most limit bytes.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, filepath.Base(path), limit)
+	}
+	return data, nil
+}
+
+// tokenizerConfig holds what tokenizer_config.json says about special tokens.
+type tokenizerConfig struct {
+	bos, eos       *string // nil: not given or null
+	addBOS, addEOS bool
+}
+
+func parseTokenizerConfig(data []byte) (*tokenizerConfig, error) {
+	var raw struct {
+		BOS    json.RawMessage `json:"bos_token"`
+		EOS    json.RawMessage `json:"eos_token"`
+		AddBOS *bool           `json:"add_bos_token"`
+		AddEOS *bool           `json:"add_eos_token"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, err
+	}
+	c := &tokenizerConfig{}
+	var err error
+	if c.bos, err = tokenName(raw.BOS); err != nil {
+		return nil, fmt.Errorf("bos_token: %w", err)
+	}
+	if c.eos, err = tokenName(raw.EOS); err != nil {
+		return nil, fmt.Errorf("eos_token: %w", err)
+	}
+	c.addBOS = raw.AddBOS != nil && *raw.AddBOS
+	c.addEOS = raw.AddEOS != nil && *raw.AddEOS
+	return c, nil
+}
+
+// tokenName reads a token written as "text", as {"content": "text", ...}, or
+// as null.
+func tokenName(raw json.RawMessage) (*string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return &s, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
+		return nil, fmt.Errorf("want a string or {\"content\": ...}, got %s", truncate(raw))
+	}
+	return obj.Content, nil
+}
+
+// commonEOS names end-of-text tokens, tried when no config says which is EOS.
+var commonEOS = []string{"</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<eos>", "<end_of_turn>", "<|end|>"}
+
+// setSpecialIDs picks BOS and EOS: from the config when there is one, else BOS
+// from the post-processor's template and EOS from well-known token names.
+func (t *Tokenizer) setSpecialIDs(cfg *tokenizerConfig) {
+	t.bos = -1
+	if cfg != nil {
+		if cfg.bos != nil {
+			if id, ok := t.TokenID(*cfg.bos); ok {
+				t.bos = id
+			}
+		}
+		if cfg.eos != nil {
+			if id, ok := t.TokenID(*cfg.eos); ok {
+				t.eos = append(t.eos, id)
+			}
+		}
+		t.addBOS, t.addEOS = cfg.addBOS, cfg.addEOS
+	}
+	if t.bos < 0 && t.post != nil && len(t.post.prefix) > 0 && (cfg == nil || cfg.bos == nil) {
+		t.bos = t.post.prefix[0]
+	}
+	if len(t.eos) == 0 {
+		for _, name := range commonEOS {
+			if a, ok := t.addedByText[name]; ok && a.special {
+				t.eos = append(t.eos, a.id)
+			}
+		}
+	}
+}
+
+// addGenerationEOS adds generation_config.json's eos_token_id (a number or a
+// list) to the stop tokens.
+func (t *Tokenizer) addGenerationEOS(data []byte) error {
+	var g struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &g); err != nil {
+		return err
+	}
+	if isNull(g.EOS) {
+		return nil
+	}
+	var ids []int
+	var one int
+	if err := json.Unmarshal(g.EOS, &one); err == nil {
+		ids = []int{one}
+	} else if err := json.Unmarshal(g.EOS, &ids); err != nil {
+		return fmt.Errorf("eos_token_id: want a number or a list, got %s", truncate(g.EOS))
+	}
+	for _, id := range ids {
+		if _, ok := t.Token(id); ok && !slices.Contains(t.eos, id) {
+			t.eos = append(t.eos, id)
+		}
+	}
+	return nil
+}
