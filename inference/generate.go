@@ -1,0 +1,130 @@
+package inference
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// GenerateOptions bounds and steers Generate.
+type GenerateOptions struct {
+	MaxTokens  int   // tokens to emit at most; 0: until a stop token or the context is full
+	StopTokens []int // tokens that end generation (not emitted), usually the config's EOS ids
+	Sampling   SampleOptions
+}
+
+// Why generation ended.
+const (
+	StopToken     = "stop_token" // a stop token was sampled
+	StopEmit      = "emit"       // emit asked to stop
+	StopMaxTokens = "max_tokens"
+	StopContext   = "context" // max_position_embeddings reached
+	StopCancelled = "cancelled"
+)
+
+// Stats describes one Generate call.
+type Stats struct {
+	PromptTokens     int // tokens in the prompt
+	ReusedTokens     int // of those, served from the session's cache
+	GeneratedTokens  int // tokens emitted
+	TimeToFirstToken time.Duration
+	PrefillTime      time.Duration // computing the prompt's new tokens
+	DecodeTime       time.Duration // the forward passes after the first token
+	PrefillTPS       float64       // new prompt tokens per second
+	DecodeTPS        float64       // decode forward passes per second
+	PeakMemory       int64         // bytes, as the backend reports them (0 where it cannot)
+	KVBytes          int64         // the cache's size at the end
+	StopReason       string
+}
+
+// Generate continues sess with prompt and streams sampled tokens to emit, one decode
+// step per token, until a stop token, emit returning true, MaxTokens, the model's
+// context limit, or ctx's cancellation (then it returns ctx.Err() with the stats so
+// far). The session keeps the prompt and every emitted token but the last, ready for
+// the next turn's Prefill to reuse.
+func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOptions, emit func(token int) (stop bool)) (st Stats, err error) {
+	st.PromptTokens = len(prompt)
+	sampler, err := NewSampler(opts.Sampling)
+	if err != nil {
+		return st, err
+	}
+	b := sess.m.b
+	peak := func() {
+		if _, p, ok := mx.Memory(b); ok {
+			st.PeakMemory = max(st.PeakMemory, p)
+		}
+	}
+	defer func() { st.KVBytes = sess.cache.Bytes() }()
+	if err := ctx.Err(); err != nil {
+		st.StopReason = StopCancelled
+		return st, err
+	}
+
+	start := time.Now()
+	logits, reused, err := sess.Prefill(prompt)
+	if err != nil {
+		return st, err
+	}
+	st.ReusedTokens = reused
+	st.PrefillTime = time.Since(start)
+	st.PrefillTPS = rate(len(prompt)-reused, st.PrefillTime)
+	peak()
+
+	history := slices.Clone(prompt) // for the repetition penalty
+	limit := sess.m.cfg.MaxPositionEmbeddings
+	var decodeStart time.Time
+	steps := 0
+	for {
+		row, err := logits.Float32s()
+		if err != nil {
+			return st, fmt.Errorf("inference: logits: %w", err)
+		}
+		tok := sampler.Sample(row, history)
+		if st.TimeToFirstToken == 0 {
+			st.TimeToFirstToken = time.Since(start)
+			decodeStart = time.Now()
+		}
+		if slices.Contains(opts.StopTokens, tok) {
+			st.StopReason = StopToken
+			break
+		}
+		st.GeneratedTokens++
+		history = append(history, tok)
+		if emit(tok) {
+			st.StopReason = StopEmit
+			break
+		}
+		if opts.MaxTokens > 0 && st.GeneratedTokens >= opts.MaxTokens {
+			st.StopReason = StopMaxTokens
+			break
+		}
+		if limit > 0 && sess.cache.Len()+1 > limit {
+			st.StopReason = StopContext
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			st.StopReason = StopCancelled
+			st.DecodeTime = time.Since(decodeStart)
+			st.DecodeTPS = rate(steps, st.DecodeTime)
+			return st, err
+		}
+		if logits, err = sess.Append([]int{tok}); err != nil {
+			return st, err
+		}
+		steps++
+		peak()
+	}
+	st.DecodeTime = time.Since(decodeStart)
+	st.DecodeTPS = rate(steps, st.DecodeTime)
+	return st, nil
+}
+
+func rate(n int, d time.Duration) float64 {
+	if n <= 0 || d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}

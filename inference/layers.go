@@ -1,0 +1,168 @@
+package inference
+
+import (
+	"math"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// The building blocks every architecture here shares. Each module knows the shape its
+// checkpoint tensors must have (In, Out, Dim...), which the loader checks and
+// NewRandom fills; the tensors themselves are bound by name (weights.go).
+
+// Linear is y = x·Wᵀ + b. W is dense (Out, In), or MLX-quantized: packed uint32
+// words (Out, In·Bits/32) with Scales and Biases (Out, In/GroupSize).
+type Linear struct {
+	In, Out int
+	HasBias bool // the architecture requires a bias (qwen2's q/k/v); others load one if present
+
+	Weight *mx.Array
+	Bias   *mx.Array // (Out) or nil
+	Scales *mx.Array // quantized only
+	Biases *mx.Array // quantized only: the affine offsets, not the layer's bias
+
+	GroupSize, Bits int
+}
+
+func (l *Linear) quantized() bool { return l.Scales != nil }
+
+// Forward maps x (..., In) to (..., Out).
+func (l *Linear) Forward(x *mx.Array) *mx.Array {
+	var y *mx.Array
+	if l.quantized() {
+		y = mx.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
+	} else {
+		y = mx.MatmulT(x, l.Weight, false, true)
+	}
+	if l.Bias != nil {
+		y = mx.Add(y, l.Bias)
+	}
+	return y
+}
+
+// Embedding maps token ids to rows of Weight (Vocab, Dim), dense or quantized.
+type Embedding struct {
+	Vocab, Dim int
+
+	Weight         *mx.Array
+	Scales, Biases *mx.Array
+	GroupSize      int
+	Bits           int
+	dtype          mx.DType // of the activations it produces
+}
+
+func (e *Embedding) quantized() bool { return e.Scales != nil }
+
+// Forward looks up ids (B, L) Int32 and returns (B, L, Dim). A quantized table is
+// gathered packed, then only the gathered rows are dequantized.
+func (e *Embedding) Forward(ids *mx.Array) *mx.Array {
+	if !e.quantized() {
+		return mx.Take(e.Weight, ids, 0)
+	}
+	rows := mx.Take(e.Weight, ids, 0)
+	s, b := mx.Take(e.Scales, ids, 0), mx.Take(e.Biases, ids, 0)
+	return mx.AsType(mx.Dequantize(rows, s, b, e.GroupSize, e.Bits), e.dtype)
+}
+
+// AsLinear uses the table as the output projection of tied models: x (..., Dim)
+// to logits (..., Vocab).
+func (e *Embedding) AsLinear(x *mx.Array) *mx.Array {
+	if e.quantized() {
+		return mx.QuantizedMatmul(x, e.Weight, e.Scales, e.Biases, true, e.GroupSize, e.Bits)
+	}
+	return mx.MatmulT(x, e.Weight, false, true)
+}
+
+// RMSNorm is x·rsqrt(mean(x²)+eps)·Weight over the last axis.
+type RMSNorm struct {
+	Dim    int
+	Eps    float32
+	Weight *mx.Array // (Dim)
+}
+
+func (n *RMSNorm) Forward(x *mx.Array) *mx.Array { return mx.RMSNorm(x, n.Weight, n.Eps) }
+
+// SwiGLU is the feed-forward block: down(silu(gate(x)) · up(x)).
+type SwiGLU struct {
+	Gate *Linear `tensor:"gate_proj"`
+	Up   *Linear `tensor:"up_proj"`
+	Down *Linear `tensor:"down_proj"`
+}
+
+func newSwiGLU(cfg *Config) SwiGLU {
+	h, f := cfg.HiddenSize, cfg.IntermediateSize
+	return SwiGLU{
+		Gate: &Linear{In: h, Out: f},
+		Up:   &Linear{In: h, Out: f},
+		Down: &Linear{In: f, Out: h},
+	}
+}
+
+func (m *SwiGLU) Forward(x *mx.Array) *mx.Array {
+	return m.Down.Forward(mx.Mul(mx.Silu(m.Gate.Forward(x)), m.Up.Forward(x)))
+}
+
+// Rope is rotary position embedding in Hugging Face's rotate-half layout. Plain and
+// linearly scaled RoPE use the backend's fused kernel; llama3's per-frequency scaling
+// is composed from a cos/sin table.
+type Rope struct {
+	dims    int
+	base    float32
+	scale   float32
+	invFreq []float64 // non-nil: explicit frequencies (llama3 scaling)
+}
+
+func newRope(cfg *Config) Rope {
+	r := Rope{dims: cfg.Head(), base: float32(cfg.RopeTheta), scale: 1}
+	if s := cfg.RopeScaling; s != nil {
+		switch s.Type {
+		case "linear":
+			r.scale = float32(1 / s.Factor)
+		case "llama3":
+			r.invFreq = cfg.RopeFrequencies()
+		}
+	}
+	return r
+}
+
+// Apply rotates x (B, H, L, D) whose rows sit at positions offset, offset+1, ...
+func (r *Rope) Apply(x *mx.Array, offset int) *mx.Array {
+	if r.invFreq == nil {
+		return mx.RoPE(x, mx.RoPEOptions{Dims: r.dims, Base: r.base, Scale: r.scale, Offset: offset})
+	}
+	if err := x.Err(); err != nil {
+		return x
+	}
+	l, half := x.Dim(-2), r.dims/2
+	cos, sin := make([]float32, l*half), make([]float32, l*half)
+	for p := 0; p < l; p++ {
+		for i, f := range r.invFreq {
+			a := float64(offset+p) * f
+			cos[p*half+i], sin[p*half+i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+	}
+	c := mx.FromData(x.Backend(), x.DType(), cos, l, half)
+	s := mx.FromData(x.Backend(), x.DType(), sin, l, half)
+	x1, x2 := mx.SliceAxis(x, -1, 0, half), mx.SliceAxis(x, -1, half, r.dims)
+	y1 := mx.Sub(mx.Mul(x1, c), mx.Mul(x2, s))
+	y2 := mx.Add(mx.Mul(x1, s), mx.Mul(x2, c))
+	return mx.Concatenate([]*mx.Array{y1, y2}, -1)
+}
+
+// splitHeads turns (B, L, H·D) into (B, H, L, D). A single position needs no
+// transpose: (B, 1, H, D) and (B, H, 1, D) lay out the same bytes.
+func splitHeads(x *mx.Array, b, l, h, d int) *mx.Array {
+	x = mx.Reshape(x, b, l, h, d)
+	if l == 1 {
+		return mx.Reshape(x, b, h, 1, d)
+	}
+	return mx.Transpose(x, 0, 2, 1, 3)
+}
+
+// mergeHeads is splitHeads' inverse: (B, H, L, D) to (B, L, H·D).
+func mergeHeads(x *mx.Array, b, l, h, d int) *mx.Array {
+	if l != 1 {
+		x = mx.Transpose(x, 0, 2, 1, 3)
+	}
+	return mx.Reshape(x, b, l, h*d)
+}

@@ -1,0 +1,351 @@
+package inference
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
+)
+
+// Block is one transformer layer of an architecture: x (B, L, hidden) in and out,
+// reading and extending its layer's cache (nil when there is none).
+type Block interface {
+	Forward(x *mx.Array, c *LayerCache) *mx.Array
+}
+
+// Architecture describes one model_type: how to build an empty layer whose tagged
+// modules the loader fills (tags relative to "model.layers.N.").
+type Architecture struct {
+	NewBlock func(cfg *Config, layer int) Block
+	// Check rejects configurations the architecture cannot run; may be nil.
+	Check func(cfg *Config) error
+}
+
+var architectures = map[string]Architecture{}
+
+// Register makes an architecture loadable by model_type; architecture files call it
+// from init.
+func Register(modelType string, a Architecture) {
+	if _, dup := architectures[modelType]; dup {
+		panic("inference: architecture registered twice: " + modelType)
+	}
+	architectures[modelType] = a
+}
+
+// ErrUnknownArchitecture reports a model_type no file here implements.
+var ErrUnknownArchitecture = errors.New("inference: unknown architecture")
+
+func lookup(cfg *Config) (Architecture, error) {
+	a, ok := architectures[cfg.ModelType]
+	if !ok {
+		return a, fmt.Errorf("%w: model_type %q (supported: %s)", ErrUnknownArchitecture, cfg.ModelType,
+			strings.Join(slices.Sorted(maps.Keys(architectures)), ", "))
+	}
+	if a.Check != nil {
+		if err := a.Check(cfg); err != nil {
+			return a, fmt.Errorf("inference: %s: %w", cfg.ModelType, err)
+		}
+	}
+	return a, nil
+}
+
+// Model is a loaded decoder-only transformer: embedding, layers, final norm and the
+// output projection (the embedding itself when tied). Its weights are read-only;
+// conversation state is in a Cache.
+type Model struct {
+	cfg    Config
+	b      mx.Backend
+	Embed  *Embedding `tensor:"model.embed_tokens"`
+	layers []Block
+	Norm   *RMSNorm `tensor:"model.norm"`
+	LMHead *Linear  `tensor:"lm_head"` // nil when tied
+
+	warnings []string
+}
+
+// build allocates the empty modules cfg implies.
+func build(cfg Config, b mx.Backend, hasHead bool) (*Model, error) {
+	arch, err := lookup(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: cfg, b: b,
+		Embed: &Embedding{Vocab: cfg.VocabSize, Dim: cfg.HiddenSize},
+		Norm:  &RMSNorm{Dim: cfg.HiddenSize, Eps: float32(cfg.RMSNormEps)},
+	}
+	m.cfg.TieWordEmbeddings = cfg.tied(hasHead)
+	m.cfg.tieSet = true
+	if !m.cfg.TieWordEmbeddings {
+		m.LMHead = &Linear{In: cfg.HiddenSize, Out: cfg.VocabSize}
+	}
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		m.layers = append(m.layers, arch.NewBlock(&m.cfg, i))
+	}
+	return m, nil
+}
+
+// bind fills every module of m from src.
+func (m *Model) bind(bd *binder) error {
+	if err := bd.bind("", m); err != nil {
+		return err
+	}
+	for i, l := range m.layers {
+		if err := bd.bind("model.layers."+strconv.Itoa(i)+".", l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadOptions adjusts Load.
+type LoadOptions struct {
+	// KeepDType keeps bfloat16/float16 weights in their dtype, so activations run in it
+	// too, as in mlx-lm: half the memory on MLX. By default float weights become
+	// float32: the cpu backend computes and stores float32 anyway, and float32
+	// activations avoid rounding every intermediate to 8 bits of mantissa.
+	KeepDType bool
+}
+
+// Load reads a Hugging Face or mlx-community model folder: config.json and
+// model.safetensors (or shards with an index), dense or quantized.
+func Load(dir string, b mx.Backend) (*Model, error) { return LoadWithOptions(dir, b, LoadOptions{}) }
+
+// LoadWithOptions is Load with options.
+func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("inference: %w", err)
+	}
+	defer set.Close()
+	_, hasHead := set.Info("lm_head.weight")
+	m, err := build(cfg, b, hasHead)
+	if err != nil {
+		return nil, err
+	}
+	bd := newBinder(&dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType}, &m.cfg)
+	if err := m.bind(bd); err != nil {
+		return nil, err
+	}
+	var extra []string
+	for _, n := range set.Names() {
+		if !bd.used[n] && !strings.HasSuffix(n, "rotary_emb.inv_freq") {
+			extra = append(extra, n)
+		}
+	}
+	if len(extra) > 0 {
+		m.warnings = append(m.warnings, fmt.Sprintf("%d tensors in %s are not used by %s: %s",
+			len(extra), dir, cfg.ModelType, summarize(extra, 8)))
+	}
+	return m, nil
+}
+
+func summarize(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:n], ", ") + fmt.Sprintf(", and %d more", len(names)-n)
+}
+
+// NewRandom makes a model with random weights (see randomSource) for tests and
+// benchmarks. When cfg.Quantization is set, every layer mlx-lm would quantize is
+// quantized with it. It panics on an invalid config.
+func NewRandom(cfg Config, seed uint64, b mx.Backend) *Model {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	q := cfg.Quantization
+	cfg.Quantization = nil
+	m, err := build(cfg, b, !cfg.TieWordEmbeddings)
+	if err == nil {
+		err = m.bind(newBinder(randomSource{b: b, seed: seed}, &m.cfg))
+	}
+	if err == nil && q != nil {
+		err = m.quantize(q)
+	}
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// Config returns the model's configuration.
+func (m *Model) Config() Config { return m.cfg }
+
+// Backend returns the backend the weights live on.
+func (m *Model) Backend() mx.Backend { return m.b }
+
+// Warnings lists what Load noticed but tolerated (unused tensors).
+func (m *Model) Warnings() []string { return slices.Clone(m.warnings) }
+
+// Params returns every weight by its checkpoint name. The arrays are the model's
+// own; training builds a variant with WithParams rather than changing them.
+func (m *Model) Params() map[string]*mx.Array {
+	out := map[string]*mx.Array{}
+	m.slots(func(name string, slot **mx.Array) { out[name] = *slot })
+	return out
+}
+
+func (m *Model) slots(add func(name string, slot **mx.Array)) {
+	slots("", m, add)
+	for i, l := range m.layers {
+		slots("model.layers."+strconv.Itoa(i)+".", l, add)
+	}
+}
+
+// WithParams returns a model that shares m's configuration but uses the given
+// arrays for the names present in params (same shapes and dtypes as m's own), and
+// m's weights for the rest. It is how ValueAndGrad differentiates through the model.
+func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
+	cp, err := build(m.cfg, m.b, !m.cfg.TieWordEmbeddings)
+	if err != nil {
+		return nil, err
+	}
+	src := mapSource(m.Params())
+	for name, a := range params {
+		old, ok := src[name]
+		if !ok {
+			return nil, fmt.Errorf("inference: WithParams: the model has no tensor %s", name)
+		}
+		if !slices.Equal(old.Shape(), a.Shape()) {
+			return nil, fmt.Errorf("%w: WithParams: %s has shape %v, want %v", ErrTensorShape, name, a.Shape(), old.Shape())
+		}
+		src[name] = a
+	}
+	if err := cp.bind(newBinder(src, &cp.cfg)); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Tokens makes the (B, L) Int32 array Forward takes; every row must be as long.
+func (m *Model) Tokens(ids ...[]int) (*mx.Array, error) {
+	if len(ids) == 0 || len(ids[0]) == 0 {
+		return nil, errors.New("inference: no tokens")
+	}
+	l := len(ids[0])
+	data := make([]int32, 0, len(ids)*l)
+	for i, row := range ids {
+		if len(row) != l {
+			return nil, fmt.Errorf("inference: token row %d has %d ids, row 0 has %d", i, len(row), l)
+		}
+		for _, t := range row {
+			if t < 0 || t >= m.cfg.VocabSize {
+				return nil, fmt.Errorf("inference: token id %d outside the vocabulary (%d)", t, m.cfg.VocabSize)
+			}
+			data = append(data, int32(t))
+		}
+	}
+	a := mx.FromData(m.b, mx.Int32, data, len(ids), l)
+	return a, a.Err()
+}
+
+// Hidden runs the layers on tokens (B, L) and returns the final hidden states
+// (B, L, hidden) before the final norm, appending to cache when it is not nil.
+func (m *Model) hidden(tokens *mx.Array, cache *Cache) *mx.Array {
+	if err := tokens.Err(); err != nil {
+		return tokens
+	}
+	if tokens.Ndim() != 2 || tokens.DType() != mx.Int32 {
+		return mx.Errorf("inference: tokens must be (B, L) int32, got %s", tokens)
+	}
+	if cache != nil && len(cache.layers) != len(m.layers) {
+		return mx.Errorf("inference: cache has %d layers, model %d", len(cache.layers), len(m.layers))
+	}
+	if p := m.cfg.MaxPositionEmbeddings; p > 0 && cache.Len()+tokens.Dim(1) > p {
+		return mx.Errorf("inference: %d positions exceed max_position_embeddings %d", cache.Len()+tokens.Dim(1), p)
+	}
+	start := cache.Len()
+	h := m.Embed.Forward(tokens)
+	for i, blk := range m.layers {
+		if h.Err() != nil {
+			break
+		}
+		h = blk.Forward(h, cache.layer(i))
+	}
+	if h.Err() != nil {
+		cache.Trim(start) // the layers before the failure advanced; keep the cache consistent
+	}
+	return h
+}
+
+// head is the final norm and the output projection.
+func (m *Model) head(h *mx.Array) *mx.Array {
+	h = m.Norm.Forward(h)
+	if m.LMHead != nil {
+		return m.LMHead.Forward(h)
+	}
+	return m.Embed.AsLinear(h)
+}
+
+// Forward returns the logits (B, L, vocab) for tokens (B, L) Int32, continuing from
+// what cache holds and appending to it (a nil cache starts from position 0 and keeps
+// nothing). Errors travel in the returned array, as with every mlxbridge op.
+func (m *Model) Forward(tokens *mx.Array, cache *Cache) *mx.Array {
+	h := m.hidden(tokens, cache)
+	if h.Err() != nil {
+		return h
+	}
+	return m.head(h)
+}
+
+// ForwardLast is Forward for decoding: only the last position's logits (B, vocab)
+// are computed, so a prefill of L tokens projects one row onto the vocabulary, not L.
+func (m *Model) ForwardLast(tokens *mx.Array, cache *Cache) *mx.Array {
+	h := m.hidden(tokens, cache)
+	if h.Err() != nil {
+		return h
+	}
+	l := h.Dim(1)
+	last := mx.SliceAxis(h, 1, l-1, l)
+	return mx.Squeeze(m.head(last), 1)
+}
+
+// Hidden returns the normalized final hidden states (B, L, hidden): the features a
+// decision head reads.
+func (m *Model) Hidden(tokens *mx.Array, cache *Cache) *mx.Array {
+	h := m.hidden(tokens, cache)
+	if h.Err() != nil {
+		return h
+	}
+	return m.Norm.Forward(h)
+}
+
+// WeightBytes is the size of the weights in their storage dtype (on the cpu backend,
+// bf16/f16 arrays are held as float32 regardless; this counts what the dtype says).
+func (m *Model) WeightBytes() int64 {
+	var n int64
+	for _, a := range m.Params() {
+		n += a.Nbytes()
+	}
+	return n
+}
+
+// SaveModel writes m as a Hugging Face folder: config.json and model.safetensors
+// (quantized tensors and the quantization block included).
+func SaveModel(m *Model, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("inference: %w", err)
+	}
+	data, err := m.cfg.JSON()
+	if err != nil {
+		return fmt.Errorf("inference: config: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "config.json"), data); err != nil {
+		return err
+	}
+	return mx.SaveSafetensors(filepath.Join(dir, safetensors.SingleFileName), m.Params(), map[string]string{"format": "mlx"})
+}
+
+func numCPU() int { return runtime.GOMAXPROCS(0) }

@@ -1,0 +1,78 @@
+package inference
+
+import (
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// Qwen3 (dense): Llama's block with an RMSNorm over each query and key head before
+// RoPE (q_norm and k_norm, weights of size head_dim), and no q/k/v biases.
+//
+//	q = rope(q_norm(q_proj(n)))   k = rope(k_norm(k_proj(n)))   v = v_proj(n)   n = rmsnorm(x)
+//	h = x + o_proj(attention(q, k, v))
+//	out = h + down_proj(silu(gate_proj(m)) · up_proj(m))                         m = rmsnorm(h)
+
+func init() {
+	Register("qwen3", Architecture{NewBlock: newQwen3Block})
+}
+
+type qwen3Block struct {
+	InputNorm *RMSNorm       `tensor:"input_layernorm"`
+	Attn      qwen3Attention `tensor:"self_attn"`
+	PostNorm  *RMSNorm       `tensor:"post_attention_layernorm"`
+	MLP       SwiGLU         `tensor:"mlp"`
+}
+
+type qwen3Attention struct {
+	Q     *Linear  `tensor:"q_proj"`
+	K     *Linear  `tensor:"k_proj"`
+	V     *Linear  `tensor:"v_proj"`
+	O     *Linear  `tensor:"o_proj"`
+	QNorm *RMSNorm `tensor:"q_norm"`
+	KNorm *RMSNorm `tensor:"k_norm"`
+
+	heads, kvHeads, headDim int
+	scale                   float32
+	rope                    Rope
+}
+
+func newQwen3Block(cfg *Config, _ int) Block {
+	eps := float32(cfg.RMSNormEps)
+	h, d := cfg.HiddenSize, cfg.Head()
+	qd, kvd := cfg.NumAttentionHeads*d, cfg.NumKeyValueHeads*d
+	return &qwen3Block{
+		InputNorm: &RMSNorm{Dim: h, Eps: eps},
+		Attn: qwen3Attention{
+			Q:     &Linear{In: h, Out: qd, HasBias: cfg.AttentionBias},
+			K:     &Linear{In: h, Out: kvd, HasBias: cfg.AttentionBias},
+			V:     &Linear{In: h, Out: kvd, HasBias: cfg.AttentionBias},
+			O:     &Linear{In: qd, Out: h, HasBias: cfg.AttentionBias},
+			QNorm: &RMSNorm{Dim: d, Eps: eps},
+			KNorm: &RMSNorm{Dim: d, Eps: eps},
+
+			heads: cfg.NumAttentionHeads, kvHeads: cfg.NumKeyValueHeads, headDim: d,
+			scale: attentionScale(d),
+			rope:  newRope(cfg),
+		},
+		PostNorm: &RMSNorm{Dim: h, Eps: eps},
+		MLP:      newSwiGLU(cfg),
+	}
+}
+
+func (blk *qwen3Block) Forward(x *mx.Array, c *LayerCache) *mx.Array {
+	h := mx.Add(x, blk.Attn.Forward(blk.InputNorm.Forward(x), c))
+	return mx.Add(h, blk.MLP.Forward(blk.PostNorm.Forward(h)))
+}
+
+func (a *qwen3Attention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
+	b, l := x.Dim(0), x.Dim(1)
+	// The norms act on each head's D features, so they run before heads move axes.
+	q := a.QNorm.Forward(mx.Reshape(a.Q.Forward(x), b, l, a.heads, a.headDim))
+	k := a.KNorm.Forward(mx.Reshape(a.K.Forward(x), b, l, a.kvHeads, a.headDim))
+	q = splitHeads(q, b, l, a.heads, a.headDim)                 // (B, Hq, L, D)
+	k = splitHeads(k, b, l, a.kvHeads, a.headDim)               // (B, Hkv, L, D)
+	v := splitHeads(a.V.Forward(x), b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
+	pos := c.Len()
+	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
+	o := c.Attend(q, k, v, a.scale) // (B, Hq, L, D)
+	return a.O.Forward(mergeHeads(o, b, l, a.heads, a.headDim))
+}

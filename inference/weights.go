@@ -1,0 +1,322 @@
+package inference
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/quant"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
+)
+
+// Loading is a name match. A module field carries its checkpoint name in a `tensor`
+// struct tag, relative to its parent ("self_attn", then "q_proj"); nested structs
+// extend the path with a dot. A Linear at path P reads P.weight, and P.scales and
+// P.biases when the checkpoint has them (MLX quantization), and P.bias if present
+// (required when HasBias). An Embedding reads the same minus the bias; an RMSNorm
+// reads P.weight. Every shape is checked against the config before any data is read.
+
+var (
+	// ErrMissingTensor reports a tensor the architecture needs and the checkpoint lacks.
+	ErrMissingTensor = errors.New("inference: missing tensor")
+	// ErrTensorShape reports a tensor whose shape or dtype disagrees with config.json.
+	ErrTensorShape = errors.New("inference: tensor does not fit the config")
+)
+
+// source supplies a model's tensors by name.
+type source interface {
+	has(name string) bool
+	// load returns the named tensor, which must have the given shape.
+	load(name string, shape []int) (*mx.Array, error)
+}
+
+// binder fills modules from a source and records which tensors it used.
+type binder struct {
+	src  source
+	cfg  *Config
+	used map[string]bool
+}
+
+func newBinder(src source, cfg *Config) *binder {
+	return &binder{src: src, cfg: cfg, used: map[string]bool{}}
+}
+
+func (b *binder) tensor(name string, shape []int, want func(mx.DType) bool, what string) (*mx.Array, error) {
+	a, err := b.src.load(name, shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Err(); err != nil {
+		return nil, fmt.Errorf("inference: %s: %w", name, err)
+	}
+	if !slices.Equal(a.Shape(), shape) {
+		return nil, fmt.Errorf("%w: %s has shape %v, want %v", ErrTensorShape, name, a.Shape(), shape)
+	}
+	if !want(a.DType()) {
+		return nil, fmt.Errorf("%w: %s is %s, want %s", ErrTensorShape, name, a.DType(), what)
+	}
+	b.used[name] = true
+	return a, nil
+}
+
+func isFloat(d mx.DType) bool  { return d.IsFloat() }
+func isUint32(d mx.DType) bool { return d == mx.Uint32 }
+
+// quantized loads path.weight/.scales/.biases for an (out, in) matrix when the
+// checkpoint quantized it, and reports whether it did.
+func (b *binder) quantized(path string, out, in int) (w, s, bs *mx.Array, p QuantParams, ok bool, err error) {
+	if !b.src.has(path + ".scales") {
+		return nil, nil, nil, p, false, nil
+	}
+	p, ok = b.cfg.Quantization.For(path)
+	if !ok {
+		return nil, nil, nil, p, false, fmt.Errorf("%w: %s.scales is present but config.json does not quantize %s", ErrTensorShape, path, path)
+	}
+	if in%p.GroupSize != 0 || in*p.Bits%32 != 0 {
+		return nil, nil, nil, p, false, fmt.Errorf("%w: %s: input size %d does not fit %d-bit groups of %d", ErrTensorShape, path, in, p.Bits, p.GroupSize)
+	}
+	if w, err = b.tensor(path+".weight", []int{out, quant.PackedLen(in, p.Bits)}, isUint32, "uint32 (packed)"); err != nil {
+		return
+	}
+	if s, err = b.tensor(path+".scales", []int{out, in / p.GroupSize}, isFloat, "a float type"); err != nil {
+		return
+	}
+	bs, err = b.tensor(path+".biases", []int{out, in / p.GroupSize}, isFloat, "a float type")
+	return w, s, bs, p, true, err
+}
+
+func (b *binder) linear(path string, l *Linear) error {
+	w, s, bs, p, q, err := b.quantized(path, l.Out, l.In)
+	if err != nil {
+		return err
+	}
+	if q {
+		l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits = w, s, bs, p.GroupSize, p.Bits
+	} else if l.Weight, err = b.tensor(path+".weight", []int{l.Out, l.In}, isFloat, "a float type"); err != nil {
+		return err
+	}
+	if l.HasBias || b.src.has(path+".bias") {
+		if l.Bias, err = b.tensor(path+".bias", []int{l.Out}, isFloat, "a float type"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *binder) embedding(path string, e *Embedding) error {
+	w, s, bs, p, q, err := b.quantized(path, e.Vocab, e.Dim)
+	if err != nil {
+		return err
+	}
+	if q {
+		e.Weight, e.Scales, e.Biases, e.GroupSize, e.Bits = w, s, bs, p.GroupSize, p.Bits
+		e.dtype = s.DType()
+		return nil
+	}
+	e.Weight, err = b.tensor(path+".weight", []int{e.Vocab, e.Dim}, isFloat, "a float type")
+	if err == nil {
+		e.dtype = e.Weight.DType()
+	}
+	return err
+}
+
+func (b *binder) norm(path string, n *RMSNorm) error {
+	var err error
+	n.Weight, err = b.tensor(path+".weight", []int{n.Dim}, isFloat, "a float type")
+	return err
+}
+
+var (
+	linearType    = reflect.TypeFor[*Linear]()
+	embeddingType = reflect.TypeFor[*Embedding]()
+	normType      = reflect.TypeFor[*RMSNorm]()
+)
+
+// bind fills every tagged module in the struct *v, whose fields' tags are relative to
+// prefix (which ends in a dot, or is empty).
+func (b *binder) bind(prefix string, v any) error {
+	return walk(prefix, reflect.ValueOf(v), func(path string, f reflect.Value) error {
+		switch m := f.Interface().(type) {
+		case *Linear:
+			return b.linear(path, m)
+		case *Embedding:
+			return b.embedding(path, m)
+		case *RMSNorm:
+			return b.norm(path, m)
+		}
+		return nil
+	})
+}
+
+// walk calls fn on every module field (a *Linear, *Embedding or *RMSNorm with a
+// `tensor` tag) of the struct v points to, recursing into tagged nested structs.
+// Architectures allocate their modules (with the sizes they expect) before binding.
+func walk(prefix string, v reflect.Value, fn func(path string, f reflect.Value) error) error {
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		tag, ok := t.Field(i).Tag.Lookup("tensor")
+		if !ok {
+			continue
+		}
+		f := v.Field(i)
+		path := prefix + tag
+		switch f.Type() {
+		case linearType, embeddingType, normType:
+			if f.IsNil() {
+				continue // a module this configuration does not have
+			}
+			if err := fn(path, f); err != nil {
+				return err
+			}
+		default:
+			if err := walk(path+".", f, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// slots lists the tensors of every module in v by full name, as pointers to the fields
+// that hold them, for Params and WithParams.
+func slots(prefix string, v any, add func(name string, slot **mx.Array)) {
+	walk(prefix, reflect.ValueOf(v), func(path string, f reflect.Value) error {
+		switch m := f.Interface().(type) {
+		case *Linear:
+			add(path+".weight", &m.Weight)
+			if m.Bias != nil {
+				add(path+".bias", &m.Bias)
+			}
+			if m.quantized() {
+				add(path+".scales", &m.Scales)
+				add(path+".biases", &m.Biases)
+			}
+		case *Embedding:
+			add(path+".weight", &m.Weight)
+			if m.quantized() {
+				add(path+".scales", &m.Scales)
+				add(path+".biases", &m.Biases)
+			}
+		case *RMSNorm:
+			add(path+".weight", &m.Weight)
+		}
+		return nil
+	})
+}
+
+// dirSource reads a checkpoint folder's safetensors. Float tensors become float32
+// unless keep is set (see LoadOptions).
+type dirSource struct {
+	set  *safetensors.Set
+	dir  string
+	b    mx.Backend
+	keep bool
+}
+
+func (d *dirSource) has(name string) bool {
+	_, ok := d.set.Info(name)
+	return ok
+}
+
+func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
+	info, ok := d.set.Info(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not in %s", ErrMissingTensor, name, d.dir)
+	}
+	if !slices.Equal(info.Shape, shape) {
+		return nil, fmt.Errorf("%w: %s has shape %v in %s, want %v", ErrTensorShape, name, info.Shape, d.dir, shape)
+	}
+	a, err := mx.LoadTensor(d.b, d.set, name)
+	if err != nil {
+		return nil, fmt.Errorf("inference: %w", err)
+	}
+	if !d.keep && a.DType().IsFloat() && a.DType() != mx.Float32 {
+		a = mx.AsType(a, mx.Float32)
+	}
+	return a, a.Err()
+}
+
+// mapSource supplies tensors from a map (WithParams).
+type mapSource map[string]*mx.Array
+
+func (m mapSource) has(name string) bool { return m[name] != nil }
+
+func (m mapSource) load(name string, shape []int) (*mx.Array, error) {
+	a := m[name]
+	if a == nil {
+		return nil, fmt.Errorf("%w: %s", ErrMissingTensor, name)
+	}
+	return a, nil
+}
+
+// randomSource makes up every tensor it is asked for, deterministically from the
+// seed and the tensor's name: linear weights uniform in ±1/√in (PyTorch's default),
+// embeddings in ±1, norm weights in 1±0.2, biases in ±0.1. Good enough to exercise
+// every code path with activations of a realistic size.
+type randomSource struct {
+	b    mx.Backend
+	seed uint64
+}
+
+func (r randomSource) has(string) bool { return false }
+
+func (r randomSource) load(name string, shape []int) (*mx.Array, error) {
+	center, radius := float32(0), float32(1)
+	switch {
+	case strings.HasSuffix(name, "norm.weight"):
+		center, radius = 1, 0.2
+	case strings.HasSuffix(name, ".bias"):
+		radius = 0.1
+	case strings.Contains(name, "embed_tokens"):
+	case len(shape) == 2:
+		radius = float32(1 / math.Sqrt(float64(shape[1])))
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	data := uniform(r.seed^h.Sum64(), numel(shape), center, radius)
+	return mx.FromData(r.b, mx.Float32, data, shape...), nil
+}
+
+// uniform draws n values in center±radius, in parallel chunks with their own streams.
+func uniform(seed uint64, n int, center, radius float32) []float32 {
+	const chunk = 1 << 18
+	out := make([]float32, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, numCPU()))
+	for lo := 0; lo < n; lo += chunk {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(lo int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rng := rand.New(rand.NewPCG(seed, uint64(lo)))
+			for i := lo; i < min(lo+chunk, n); i++ {
+				u := float32(rng.Uint64()>>40) / (1 << 24) // [0, 1)
+				out[i] = center + radius*(2*u-1)
+			}
+		}(lo)
+	}
+	wg.Wait()
+	return out
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
