@@ -24,15 +24,16 @@ func init() {
 
 // genFlags are the flags generate and chat share, named like mlx-lm's.
 type genFlags struct {
-	model, backend, system        string
-	maxTokens, topK, seed, repWin int
-	temp, topP, minP, repPenalty  float64
-	raw, stats                    bool
+	model, adapter, backend, system string
+	maxTokens, topK, seed, repWin   int
+	temp, topP, minP, repPenalty    float64
+	raw, stats                      bool
 }
 
 func addGenFlags(fs *flag.FlagSet) *genFlags {
 	g := &genFlags{}
 	fs.StringVar(&g.model, "model", "", "model folder (Hugging Face layout: config.json, *.safetensors, tokenizer.json)")
+	fs.StringVar(&g.adapter, "adapter", "", "LoRA adapter folder (mlx-lm layout: adapter_config.json, adapters.safetensors)")
 	fs.StringVar(&g.backend, "backend", "auto", "compute backend: auto, cpu or mlx")
 	fs.StringVar(&g.system, "system", "", "system prompt")
 	fs.IntVar(&g.maxTokens, "max-tokens", 256, "most tokens to generate")
@@ -72,6 +73,11 @@ func loadRunner(g *genFlags, stderr io.Writer) (*runner, error) {
 	}
 	for _, w := range m.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if g.adapter != "" {
+		if _, err := inference.LoadAdapter(m, g.adapter); err != nil {
+			return nil, err
+		}
 	}
 	tok, err := tokenizer.Load(g.model)
 	if err != nil {

@@ -65,7 +65,23 @@ func TestGenerateCommand(t *testing.T) {
 	if c != d {
 		t.Errorf("same seed, different text: %q vs %q", c, d)
 	}
+	// An adapter whose B is zero changes nothing: the same greedy text.
+	adapter := t.TempDir()
+	lb := mx.Zeros(4, 64)
+	la := mx.RandomNormal(1, 64, 4)
+	if err := mx.SaveSafetensors(filepath.Join(adapter, "adapters.safetensors"), map[string]*mx.Array{
+		"model.layers.0.self_attn.q_proj.lora_a": la, "model.layers.0.self_attn.q_proj.lora_b": lb,
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(adapter, "adapter_config.json"), []byte(`{"fine_tune_type":"lora","num_layers":2,"lora_parameters":{"rank":4,"scale":20.0,"dropout":0.0}}`), 0o644)
+	if e, _ := run("--temp", "0", "--adapter", adapter); e != a {
+		t.Errorf("a zero adapter changed the text: %q vs %q", e, a)
+	}
 	var out, errb bytes.Buffer
+	if code := Main([]string{"generate", "--model", dir, "--prompt", "x", "--adapter", t.TempDir()}, &out, &errb); code == 0 {
+		t.Errorf("an empty adapter folder was accepted")
+	}
 	if code := Main([]string{"generate", "--model", dir, "--prompt", "x", "--temp", "-1"}, &out, &errb); code == 0 {
 		t.Errorf("a negative temperature was accepted")
 	}

@@ -22,6 +22,8 @@ type Linear struct {
 	Biases *mx.Array // quantized only: the affine offsets, not the layer's bias
 
 	GroupSize, Bits int
+
+	LoRA *LoRA // an adapter beside the frozen weight, or nil (lora.go)
 }
 
 func (l *Linear) quantized() bool { return l.Scales != nil }
@@ -36,6 +38,9 @@ func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	}
 	if l.Bias != nil {
 		y = mx.Add(y, l.Bias)
+	}
+	if l.LoRA != nil {
+		y = mx.Add(y, l.LoRA.Forward(x))
 	}
 	return y
 }
