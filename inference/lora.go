@@ -13,14 +13,21 @@ import (
 )
 
 // LoRA is a low-rank update beside a frozen Linear, as in mlx-lm's LoRALinear:
-// y = base(x) + Scale·(x·A)·B with A (In, r) and B (r, Out).
+// y = base(x) + Scale·(drop(x)·A)·B with A (In, r) and B (r, Out).
 type LoRA struct {
 	A, B  *mx.Array
 	Scale float32
+	// Drop, when set, is applied to the input of the update only (mlx-lm's
+	// LoRA dropout). A trainer sets it while training and clears it for
+	// evaluation; inference leaves it nil.
+	Drop func(x *mx.Array) *mx.Array
 }
 
-// Forward returns the update Scale·(x·A)·B for x (..., In).
+// Forward returns the update Scale·(drop(x)·A)·B for x (..., In).
 func (l *LoRA) Forward(x *mx.Array) *mx.Array {
+	if l.Drop != nil {
+		x = l.Drop(x)
+	}
 	return mx.MulScalar(mx.Matmul(mx.Matmul(x, l.A), l.B), l.Scale)
 }
 

@@ -1,0 +1,191 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/training/lora"
+	"github.com/inloop/inloop/training/trainer"
+)
+
+func init() {
+	register(command{name: "train", summary: "fine-tune a model with LoRA (QLoRA on a quantized model) on a JSONL file or a folder of documents", run: trainCmd})
+	register(command{name: "fuse", summary: "fold a LoRA adapter into its model and write the result as a model folder", run: fuseCmd})
+}
+
+// modelSideFiles are copied from the base model folder into a fused one.
+var modelSideFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"}
+
+func fuseCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("fuse", stderr)
+	model := fs.String("model", "", "base model folder")
+	adapter := fs.String("adapter-path", trainer.DefaultAdapterPath, "adapter folder (mlx-lm layout)")
+	save := fs.String("save-path", "fused_model", "folder to write the fused model to")
+	dequantize := fs.Bool("dequantize", false, "leave fused layers of a quantized model dense instead of quantizing them again")
+	backend := fs.String("backend", "auto", "compute backend: auto, cpu or mlx")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *model == "" {
+		return errors.New("--model is required")
+	}
+	b, err := openBackend(*backend)
+	if err != nil {
+		return err
+	}
+	m, err := inference.Load(*model, b)
+	if err != nil {
+		return err
+	}
+	if _, err := inference.LoadAdapter(m, *adapter); err != nil {
+		return err
+	}
+	paths, err := lora.Fuse(m, lora.FuseOptions{Dequantize: *dequantize})
+	if err != nil {
+		return err
+	}
+	if err := inference.SaveModel(m, *save); err != nil {
+		return err
+	}
+	if cfg := m.Config(); *dequantize && cfg.Quantization != nil {
+		// The fused layers are dense now: say so per module, as mlx-lm's
+		// mixed-precision configs do.
+		q := *cfg.Quantization
+		q.Overrides = maps.Clone(q.Overrides)
+		if q.Overrides == nil {
+			q.Overrides = map[string]*inference.QuantParams{}
+		}
+		for _, p := range paths {
+			q.Overrides[p] = nil
+		}
+		cfg.Quantization = &q
+		raw, err := cfg.JSON()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*save, "config.json"), raw, 0o644); err != nil {
+			return err
+		}
+	}
+	for _, f := range modelSideFiles {
+		raw, err := os.ReadFile(filepath.Join(*model, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*save, f), raw, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "Fused %d adapted layers; model written to %s\n", len(paths), *save)
+	return nil
+}
+
+func trainCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("train", stderr)
+	var c trainer.Config
+	var keys, fineTune string
+	var seed int64
+	fs.StringVar(&c.Model, "model", "", "model folder (a quantized one trains QLoRA)")
+	fs.StringVar(&c.Data, "data", "", "a JSONL file, a folder with train.jsonl/valid.jsonl/test.jsonl, or a folder of documents")
+	fs.StringVar(&c.AdapterPath, "adapter-path", trainer.DefaultAdapterPath, "folder for the adapter (mlx-lm layout) and its checkpoints")
+	fs.StringVar(&c.Backend, "backend", "auto", "compute backend: auto, cpu or mlx")
+	fs.StringVar(&fineTune, "fine-tune-type", "lora", "only lora (QLoRA is lora on a quantized model)")
+	fs.IntVar(&c.Iters, "iters", trainer.DefaultIters, "optimizer updates")
+	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the training set; when set it replaces --iters")
+	fs.IntVar(&c.BatchSize, "batch-size", trainer.DefaultBatchSize, "rows per batch")
+	fs.IntVar(&c.GradAccumulation, "grad-accumulation-steps", trainer.DefaultGradAccumulation, "batches per update")
+	fs.Float64Var(&c.LearningRate, "learning-rate", trainer.DefaultLearningRate, "peak learning rate")
+	fs.StringVar(&c.Optimizer, "optimizer", "adam", "adam, adamw or sgd")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", 0, "decoupled weight decay (adamw's default 0.01 when 0)")
+	fs.IntVar(&c.Warmup, "lr-warmup", 0, "linear warmup steps")
+	fs.BoolVar(&c.Cosine, "cosine", false, "cosine decay of the learning rate to --min-learning-rate")
+	fs.Float64Var(&c.MinLearningRate, "min-learning-rate", 0, "the floor of the cosine decay")
+	fs.Float64Var(&c.ClipGradNorm, "clip-grad-norm", 0, "clip gradients to this global norm; 0 is off")
+	fs.IntVar(&c.NumLayers, "num-layers", 16, "adapt the last N blocks; -1 for all")
+	fs.IntVar(&c.Rank, "rank", 8, "LoRA rank")
+	fs.Float64Var(&c.Scale, "scale", 20, "LoRA scale")
+	fs.Float64Var(&c.Dropout, "dropout", 0, "LoRA dropout")
+	fs.StringVar(&keys, "keys", "", "comma-separated linear layers of a block to adapt (e.g. self_attn.q_proj,self_attn.v_proj); default all")
+	fs.IntVar(&c.MaxSeqLength, "max-seq-length", trainer.DefaultMaxSeqLength, "longest sequence; longer ones are cut")
+	fs.IntVar(&c.StepsPerReport, "steps-per-report", trainer.DefaultStepsPerReport, "updates between progress lines")
+	fs.IntVar(&c.StepsPerEval, "steps-per-eval", trainer.DefaultStepsPerEval, "updates between validations; -1 never")
+	fs.IntVar(&c.ValBatches, "val-batches", trainer.DefaultValBatches, "validation batches; -1 for all")
+	fs.IntVar(&c.TestBatches, "test-batches", trainer.DefaultTestBatches, "test batches; -1 for all")
+	fs.IntVar(&c.SaveEvery, "save-every", trainer.DefaultSaveEvery, "updates between checkpoints; -1 only at the end")
+	fs.IntVar(&c.KeepCheckpoints, "keep-checkpoints", 0, "checkpoints kept on disk; 0 keeps all")
+	fs.IntVar(&c.ChunkSize, "chunk-size", 0, "tokens per chunk of a documents folder (default 512)")
+	fs.Int64Var(&seed, "seed", 0, "random seed")
+	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest good checkpoint in --adapter-path")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Model == "" || c.Data == "" {
+		return errors.New("--model and --data are required")
+	}
+	if fineTune != "lora" {
+		return fmt.Errorf("--fine-tune-type %q: only lora is supported", fineTune)
+	}
+	if keys != "" {
+		for k := range strings.SplitSeq(keys, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				c.Keys = append(c.Keys, k)
+			}
+		}
+	}
+	c.Seed = uint64(seed)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	events := make(chan trainer.Event, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range events {
+			printEvent(stdout, stderr, ev)
+		}
+	}()
+	res, err := trainer.Train(ctx, c, events)
+	<-done
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Trained %d steps in %s; adapter saved to %s\n", res.Steps, res.Duration.Round(time.Millisecond), res.AdapterPath)
+	return nil
+}
+
+// printEvent writes one progress line, in mlx-lm's wording where it has one.
+func printEvent(stdout, stderr io.Writer, ev trainer.Event) {
+	switch ev.Kind {
+	case trainer.EventInfo:
+		fmt.Fprintln(stdout, ev.Message)
+	case trainer.EventWarning:
+		fmt.Fprintln(stderr, "warning:", ev.Message)
+	case trainer.EventTrain:
+		line := fmt.Sprintf("Iter %d: Train loss %.3f, Learning Rate %.3e, Tokens/sec %.1f, Trained Tokens %d", ev.Step, ev.Loss, ev.LR, ev.TokensPerSec, ev.Tokens)
+		if ev.PeakMemory > 0 {
+			line += fmt.Sprintf(", Peak mem %.3f GB", float64(ev.PeakMemory)/1e9)
+		}
+		if ev.Step < ev.Iters {
+			line += ", ETA " + ev.ETA.Round(time.Second).String()
+		}
+		fmt.Fprintln(stdout, line)
+	case trainer.EventVal:
+		fmt.Fprintf(stdout, "Iter %d: Val loss %.3f\n", ev.Step, ev.ValLoss)
+	case trainer.EventCheckpoint:
+		fmt.Fprintf(stdout, "Iter %d: Saved checkpoint to %s\n", ev.Step, ev.Path)
+	case trainer.EventTest:
+		fmt.Fprintf(stdout, "Test loss %.3f, Test ppl %.3f.\n", ev.TestLoss, ev.TestPerplexity)
+	}
+}

@@ -1,0 +1,391 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
+	_ "github.com/inloop/inloop/mlxbridge/cpu"
+	"github.com/inloop/inloop/training/checkpoint"
+	"github.com/inloop/inloop/training/optim"
+)
+
+// tinyModelDir writes a small random-weight llama with a real byte-level BPE
+// tokenizer (vocabulary 302) into dir.
+func tinyModelDir(t testing.TB, dir string) string {
+	t.Helper()
+	b, err := mx.Open("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := inference.Config{
+		ModelType: "llama", HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, RMSNormEps: 1e-5,
+		RopeTheta: 10000, VocabSize: 302, TieWordEmbeddings: true, MaxPositionEmbeddings: 512,
+		EOSTokenID: inference.TokenIDs{301},
+	}
+	model := filepath.Join(dir, "model")
+	if err := inference.SaveModel(inference.NewRandom(cfg, 1, b), model); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile("../../inference/tokenizer/testdata/tiny_bytelevel.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(model, "tokenizer.json"), tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return model
+}
+
+const lines = `{"text": "the cat sat on the mat"}
+{"text": "a dog ran in the park"}
+{"text": "two and two make four"}
+{"text": "hello world, hello again"}
+`
+
+// dataDir writes an mlx-lm data folder: four lines to memorize, validated and
+// tested on the same lines.
+func dataDir(t testing.TB, dir string) string {
+	t.Helper()
+	d := filepath.Join(dir, "data")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"train.jsonl", "valid.jsonl", "test.jsonl"} {
+		if err := os.WriteFile(filepath.Join(d, f), []byte(lines), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func baseConfig(model, data, out string) Config {
+	return Config{
+		Model: model, Data: data, AdapterPath: out, Backend: "cpu",
+		Iters: 40, BatchSize: 2, LearningRate: 1e-2, NumLayers: -1, Rank: 4,
+		StepsPerReport: 1, StepsPerEval: 20, ValBatches: -1, TestBatches: -1, SaveEvery: 10, Seed: 3,
+	}
+}
+
+// collect runs Train and gathers its events.
+func collect(ctx context.Context, cfg Config) (Result, []Event, error) {
+	ch := make(chan Event, 16)
+	var evs []Event
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ev := range ch {
+			evs = append(evs, ev)
+		}
+	}()
+	res, err := Train(ctx, cfg, ch)
+	wg.Wait()
+	return res, evs, err
+}
+
+func TestTrainLossDecreases(t *testing.T) {
+	dir := t.TempDir()
+	model, data := tinyModelDir(t, dir), dataDir(t, dir)
+	cfg := baseConfig(model, data, filepath.Join(dir, "run"))
+	cfg.Dropout = 0.05
+	cfg.GradAccumulation = 2
+	cfg.ClipGradNorm = 1
+	cfg.Warmup, cfg.Cosine = 5, true
+	res, evs, err := collect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var train []Event
+	var val, test, ckpt int
+	for _, ev := range evs {
+		switch ev.Kind {
+		case EventTrain:
+			train = append(train, ev)
+		case EventVal:
+			val++
+		case EventTest:
+			test++
+		case EventCheckpoint:
+			ckpt++
+		case EventWarning:
+			t.Logf("warning: %s", ev.Message)
+		}
+	}
+	if len(train) != 40 || val != 2 || test != 1 || ckpt != 4 {
+		t.Fatalf("%d train, %d val, %d test, %d checkpoint events", len(train), val, test, ckpt)
+	}
+	first, last := train[0].Loss, train[len(train)-1].Loss
+	t.Logf("loss %.3f → %.3f, val %.3f, test %.3f (ppl %.2f), %v", first, last, res.ValLoss, res.TestLoss, res.TestPerplexity, res.Duration)
+	if !(last < first/2) || !(res.ValLoss < first/2) {
+		t.Errorf("loss did not fall: first %.3f, last %.3f, val %.3f", first, last, res.ValLoss)
+	}
+	if math.Abs(res.TestPerplexity-math.Exp(res.TestLoss)) > 1e-9 {
+		t.Error("perplexity is not exp(test loss)")
+	}
+	if train[0].LR != 0 || train[5].LR < train[20].LR || train[20].TokensPerSec <= 0 {
+		t.Errorf("warmup/cosine learning rates or speed look wrong: %+v, %+v", train[0], train[20])
+	}
+	// The adapter loads with inference.LoadAdapter and gives the trained model.
+	b, _ := mx.Open("cpu")
+	m, err := inference.Load(model, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := inference.LoadAdapter(m, cfg.AdapterPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ac.NumLayers != 2 || ac.LoRAParameters.Rank != 4 || ac.LoRAParameters.Scale != 20 {
+		t.Errorf("adapter config %+v", ac)
+	}
+}
+
+func TestDocumentsFolder(t *testing.T) {
+	dir := t.TempDir()
+	model := tinyModelDir(t, dir)
+	docs := filepath.Join(dir, "docs")
+	os.MkdirAll(docs, 0o755)
+	os.WriteFile(filepath.Join(docs, "a.md"), []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 10)), 0o644)
+	cfg := baseConfig(model, docs, filepath.Join(dir, "run"))
+	cfg.Epochs, cfg.ChunkSize, cfg.SaveEvery = 1, 32, -1
+	res, evs, err := collect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks := 0
+	for _, ev := range evs {
+		if ev.Kind == EventInfo && strings.HasPrefix(ev.Message, "documents:") {
+			fmt.Sscanf(ev.Message, "documents: 1 files, %d chunks", &chunks)
+		}
+	}
+	if chunks < 3 || res.Steps != (chunks+1)/2 || !math.IsNaN(res.ValLoss) {
+		t.Logf("%d chunks", chunks)
+		t.Errorf("%+v", res)
+	}
+	if _, step, err := checkpoint.Latest(cfg.AdapterPath); err != nil || step != res.Steps {
+		t.Errorf("final checkpoint: step %d, %v", step, err)
+	}
+}
+
+func TestNonFiniteStops(t *testing.T) {
+	dir := t.TempDir()
+	model, data := tinyModelDir(t, dir), dataDir(t, dir)
+	cfg := baseConfig(model, data, filepath.Join(dir, "run"))
+	cfg.SaveEvery = 2
+	// A sane rate for four updates, then one that blows the weights up.
+	cfg.Schedule = optim.ScheduleFunc(func(step int) float32 {
+		if step < 4 {
+			return 1e-3
+		}
+		return 1e30
+	})
+	res, _, err := collect(context.Background(), cfg)
+	if !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("err = %v, want ErrNonFinite", err)
+	}
+	t.Logf("%v", err)
+	if !strings.Contains(err.Error(), "step-000004") {
+		t.Errorf("the error does not name the last good checkpoint: %v", err)
+	}
+	path, step, lerr := checkpoint.Latest(cfg.AdapterPath)
+	if lerr != nil || step != 4 || res.LastCheckpoint != path {
+		t.Fatalf("latest checkpoint %s step %d (%v); result says %s", path, step, lerr, res.LastCheckpoint)
+	}
+	ck, lerr := checkpoint.Load(path)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	var xs []*mx.Array
+	for _, a := range ck.Adapters {
+		xs = append(xs, a)
+	}
+	if ok, _ := optim.AllFinite(xs...); !ok {
+		t.Error("the kept checkpoint is not finite")
+	}
+}
+
+func TestCancelKeepsCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	model, data := tinyModelDir(t, dir), dataDir(t, dir)
+	cfg := baseConfig(model, data, filepath.Join(dir, "run"))
+	cfg.Iters, cfg.SaveEvery = 1000, 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := make(chan Event)
+	done := make(chan error)
+	go func() {
+		_, err := Train(ctx, cfg, ch)
+		done <- err
+	}()
+	for ev := range ch {
+		if ev.Kind == EventCheckpoint {
+			cancel()
+		}
+	}
+	err := <-done
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "step-000003") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// The kill test: a child process trains with a checkpoint every few steps and
+// is killed with SIGKILL after its first checkpoint; a resume must then end
+// exactly where an uninterrupted run with the same seed ends.
+
+const helperEnv = "INLOOP_TRAIN_HELPER_DIR"
+
+func killConfig(dir string) Config {
+	cfg := baseConfig(filepath.Join(dir, "model"), filepath.Join(dir, "data"), filepath.Join(dir, "killed"))
+	cfg.Iters, cfg.SaveEvery, cfg.StepsPerEval = 24, 4, -1
+	cfg.Dropout, cfg.GradAccumulation = 0.1, 2
+	cfg.Warmup, cfg.Cosine = 3, true
+	return cfg
+}
+
+func TestHelperTrain(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		t.Skip("run by TestKillResume")
+	}
+	ch := make(chan Event)
+	go func() {
+		for range ch {
+			time.Sleep(40 * time.Millisecond) // slow enough to be killed mid-run
+		}
+	}()
+	_, err := Train(context.Background(), killConfig(dir), ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKillResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	dir := t.TempDir()
+	tinyModelDir(t, dir)
+	dataDir(t, dir)
+	cfg := killConfig(dir)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTrain$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	killedAt := -1
+	for time.Now().Before(deadline) {
+		if _, step, err := checkpoint.Latest(cfg.AdapterPath); err == nil {
+			killedAt = step
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Kill() // SIGKILL
+	werr := cmd.Wait()
+	if killedAt < 0 {
+		t.Fatalf("no checkpoint appeared; child: %v\n%s", werr, out.String())
+	}
+	if werr == nil {
+		t.Fatalf("the child finished before it was killed:\n%s", out.String())
+	}
+	_, step, err := checkpoint.Latest(cfg.AdapterPath)
+	if err != nil || step >= cfg.Iters {
+		t.Fatalf("after the kill: step %d, %v", step, err)
+	}
+	t.Logf("killed with checkpoint step %d on disk (first seen %d)", step, killedAt)
+
+	resumed := cfg
+	resumed.Resume = true
+	res, err := Train(context.Background(), resumed, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ResumedFrom != step || res.Steps != cfg.Iters {
+		t.Fatalf("resumed from %d to %d", res.ResumedFrom, res.Steps)
+	}
+	straight := cfg
+	straight.AdapterPath = filepath.Join(dir, "straight")
+	if _, err := Train(context.Background(), straight, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := mx.LoadSafetensors(mx.Default(), filepath.Join(resumed.AdapterPath, "adapters.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := mx.LoadSafetensors(mx.Default(), filepath.Join(straight.AdapterPath, "adapters.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != len(b) || len(a) == 0 {
+		t.Fatalf("%d vs %d adapter arrays", len(a), len(b))
+	}
+	// Tolerance: exact on the cpu backend (same ops in the same order); 1e-6
+	// relative allows for a backend whose reductions are not deterministic.
+	var worst float64
+	for name, x := range a {
+		xv, _ := x.Float32s()
+		yv, err := b[name].Float32s()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i := range xv {
+			d := math.Abs(float64(xv[i]-yv[i])) / (1e-6 + math.Abs(float64(yv[i])))
+			worst = max(worst, d)
+		}
+	}
+	t.Logf("resumed vs uninterrupted: worst relative difference %g", worst)
+	if worst > 1e-6 {
+		t.Errorf("resumed run ends %g away (relative) from the uninterrupted one", worst)
+	}
+}
+
+// QLoRA: the same training over a 4-bit copy of the model; the base stays
+// quantized and only the adapters move.
+func TestQLoRA(t *testing.T) {
+	dir := t.TempDir()
+	model, data := tinyModelDir(t, dir), dataDir(t, dir)
+	q := filepath.Join(dir, "q4")
+	if _, err := inference.QuantizeModel(model, q, 4, 32); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := os.ReadFile(filepath.Join(model, "tokenizer.json"))
+	os.WriteFile(filepath.Join(q, "tokenizer.json"), tok, 0o644)
+	cfg := baseConfig(q, data, filepath.Join(dir, "run"))
+	cfg.Iters, cfg.SaveEvery, cfg.StepsPerEval = 20, -1, -1
+	res, evs, err := collect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, last float64
+	for _, ev := range evs {
+		if ev.Kind == EventTrain {
+			if ev.Step == 1 {
+				first = ev.Loss
+			}
+			last = ev.Loss
+		}
+		if ev.Kind == EventInfo && strings.Contains(ev.Message, "LoRA") && !strings.Contains(ev.Message, "QLoRA") {
+			t.Errorf("not reported as QLoRA: %s", ev.Message)
+		}
+	}
+	t.Logf("QLoRA loss %.3f → %.3f in %v", first, last, res.Duration)
+	if !(last < first/2) {
+		t.Errorf("QLoRA loss did not fall: %.3f → %.3f", first, last)
+	}
+}
