@@ -67,7 +67,7 @@ func loadRunner(g *genFlags, stderr io.Writer) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := inference.Load(g.model, b)
+	m, err := loadNamedModel(&g.model, b) // "demo" is the bundled demo model
 	if err != nil {
 		return nil, err
 	}
