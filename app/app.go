@@ -29,9 +29,13 @@ func register(c command) { commands[c.name] = c }
 // Main runs the command line; it returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		// The window arrives with the ui package; until then the default job reports
-		// what this machine can run.
-		args = []string{"doctor"}
+		// The window arrives with the ui package; until then the default job checks
+		// the machine and lets the embedded demo model speak.
+		if code := Main([]string{"doctor"}, stdout, stderr); code != 0 {
+			return code
+		}
+		fmt.Fprintln(stdout, "\nThe bundled demo model continues \"A hacker is\":")
+		return Main([]string{"generate", "--model", "demo", "--raw", "--temp", "0", "--max-tokens", "40", "--prompt", "A hacker is"}, stdout, stderr)
 	}
 	name := args[0]
 	if name == "-h" || name == "--help" || name == "help" {

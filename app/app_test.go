@@ -27,3 +27,14 @@ func TestUnknownCommand(t *testing.T) {
 		t.Errorf("bad backend: got exit %d, stderr %q", code, errb.String())
 	}
 }
+
+func TestDefaultJob(t *testing.T) {
+	t.Setenv("INLOOP_HOME", t.TempDir())
+	var out, errb bytes.Buffer
+	if code := Main(nil, &out, &errb); code != 0 {
+		t.Fatalf("default job exited %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "self-check") || !strings.Contains(out.String(), "demo model continues") {
+		t.Errorf("default job output:\n%s", out.String())
+	}
+}
