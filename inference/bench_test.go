@@ -236,7 +236,7 @@ func fillCache(m *Model, c *Cache, n int) {
 	for i := range c.layers {
 		k := mx.FromData(m.b, mx.Float32, uniform(uint64(2*i), numel(shape), 0, 1), shape...)
 		v := mx.FromData(m.b, mx.Float32, uniform(uint64(2*i+1), numel(shape), 0, 1), shape...)
-		c.layers[i] = LayerCache{k: k, v: v}
+		c.layers[i] = LayerCache{kt: transposeKeys(k), v: v}
 	}
 }
 
@@ -273,19 +273,21 @@ func BenchmarkDecodeContext(b *testing.B) {
 //
 //	go test ./inference -run '^$' -bench DecodeProfile -benchtime 200x -cpuprofile cpu.out
 func BenchmarkDecodeProfile(b *testing.B) {
-	for _, dt := range benchDTypes {
-		b.Run(dt.name, func(b *testing.B) {
-			m := benchModel(b, "smollm2-135m", SmolLM2_135M, dt.bits)
-			s := NewSession(m)
-			logits, _, _ := s.Prefill(tokenSeq(16, m.cfg.VocabSize, 1))
-			b.ResetTimer()
-			for i := range b.N {
-				if i%256 == 255 {
-					s.cache.Trim(17)
-					s.tokens = s.tokens[:17]
+	for _, p := range benchPresets {
+		for _, dt := range benchDTypes {
+			b.Run(p.name+"/"+dt.name, func(b *testing.B) {
+				m := benchModel(b, p.name, p.cfg, dt.bits)
+				s := NewSession(m)
+				logits, _, _ := s.Prefill(tokenSeq(16, m.cfg.VocabSize, 1))
+				b.ResetTimer()
+				for i := range b.N {
+					if i%256 == 255 {
+						s.cache.Trim(17)
+						s.tokens = s.tokens[:17]
+					}
+					decodeSteps(b, s, logits, 1)
 				}
-				decodeSteps(b, s, logits, 1)
-			}
-		})
+			})
+		}
 	}
 }

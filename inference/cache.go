@@ -10,23 +10,27 @@ import (
 // the session state of one conversation. It stores num_key_value_heads heads, so a
 // grouped-query model caches Hkv/Hq of what full attention would.
 //
-// Layout: each layer keeps a long "frozen" part and a short "tail" (B, Hkv, S, D).
-// Arrays are immutable, so growing one buffer costs a copy of it: mlx-lm's
-// preallocated buffer plus slice_update is cheap on MLX, which updates in place, but
-// on the cpu backend slice_update copies the whole buffer every token. Here a decode
-// step appends to the tail only (a copy of at most tailLimit positions) and attends to
-// the two parts at once; the tail joins the frozen part once it reaches about
-// √(2·S) positions, which keeps both copies' amortized cost per token at O(√S).
+// Layout: each layer keeps a long "frozen" part and a short "tail". Arrays are
+// immutable, so growing one buffer costs a copy of it: mlx-lm's preallocated buffer
+// plus slice_update is cheap on MLX, which updates in place, but on the cpu backend
+// slice_update copies the whole buffer every token. Here a decode step appends to the
+// tail only (a copy of at most tailLimit positions) and attends to the two parts at
+// once; the tail joins the frozen part once it reaches about √(2·S) positions, which
+// keeps the amortized copying per token at O(√S) positions.
+//
+// The frozen keys are stored transposed, (B, Hkv, D, S): a decode step's scores
+// q·kᵀ are then a plain product, which cblas runs 2–4× faster than one with a
+// transposed operand at these shapes (a few query rows against thousands of keys).
 // A multi-token prefill joins everything into the frozen part and runs the fused
-// causal attention kernel over it.
+// causal attention kernel.
 type Cache struct {
 	layers []LayerCache
 }
 
 // LayerCache is one layer's part of a Cache.
 type LayerCache struct {
-	k, v   *mx.Array // frozen: (B, Hkv, S0, D), nil when empty
-	tk, tv *mx.Array // tail:   (B, Hkv, S1, D), nil when empty
+	kt, v  *mx.Array // frozen: keys (B, Hkv, D, S0) and values (B, Hkv, S0, D), nil when empty
+	tk, tv *mx.Array // tail: (B, Hkv, S1, D), nil when empty
 }
 
 // NewCache returns an empty cache for m.
@@ -48,7 +52,7 @@ func (c *Cache) Bytes() int64 {
 	var n int64
 	for i := range c.layers {
 		l := &c.layers[i]
-		for _, a := range []*mx.Array{l.k, l.v, l.tk, l.tv} {
+		for _, a := range []*mx.Array{l.kt, l.v, l.tk, l.tv} {
 			if a != nil {
 				n += a.Nbytes()
 			}
@@ -89,17 +93,17 @@ func (l *LayerCache) Len() int {
 	if l == nil {
 		return 0
 	}
-	return seqLen(l.k) + seqLen(l.tk)
+	return seqLen(l.v) + seqLen(l.tk)
 }
 
 func (l *LayerCache) trim(n int) {
-	s0, s1 := seqLen(l.k), seqLen(l.tk)
+	s0, s1 := seqLen(l.v), seqLen(l.tk)
 	switch {
 	case n >= s0+s1:
 	case n <= 0:
 		*l = LayerCache{}
 	case n <= s0:
-		l.k, l.v = mx.SliceAxis(l.k, 2, 0, n), mx.SliceAxis(l.v, 2, 0, n)
+		l.kt, l.v = mx.SliceAxis(l.kt, 3, 0, n), mx.SliceAxis(l.v, 2, 0, n)
 		l.tk, l.tv = nil, nil
 	default:
 		l.tk, l.tv = mx.SliceAxis(l.tk, 2, 0, n-s0), mx.SliceAxis(l.tv, 2, 0, n-s0)
@@ -116,8 +120,8 @@ func tailLimit(s int) int {
 	return t
 }
 
-// cat joins the non-nil parts along the sequence axis (nil if there are none).
-func cat(parts ...*mx.Array) *mx.Array {
+// cat joins the non-nil parts along axis (nil if there are none).
+func cat(axis int, parts ...*mx.Array) *mx.Array {
 	var xs []*mx.Array
 	for _, p := range parts {
 		if p != nil {
@@ -130,7 +134,15 @@ func cat(parts ...*mx.Array) *mx.Array {
 	case 1:
 		return xs[0]
 	}
-	return mx.Concatenate(xs, 2)
+	return mx.Concatenate(xs, axis)
+}
+
+// transposeKeys swaps the last two axes: (B, H, S, D) ↔ (B, H, D, S).
+func transposeKeys(k *mx.Array) *mx.Array {
+	if k == nil {
+		return nil
+	}
+	return mx.Transpose(k, 0, 1, 3, 2)
 }
 
 // Attend appends k, v (B, Hkv, L, D) to the cache and returns causal attention of
@@ -140,46 +152,46 @@ func (l *LayerCache) Attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	if l == nil {
 		return mx.ScaledDotProductAttention(q, k, v, scale, true, nil)
 	}
-	if q.Err() != nil || k.Err() != nil || v.Err() != nil {
-		return firstErr(q, k, v)
+	if e := firstErr(q, k, v); e != nil {
+		return e
 	}
-	if q.Dim(2) > 1 || (l.k == nil && l.tk == nil) {
+	if q.Dim(2) > 1 || l.Len() == 0 {
 		// Prefill: one frozen part, the fused kernel.
-		fk, fv := cat(l.k, l.tk, k), cat(l.v, l.tv, v)
-		if e := firstErr(fk, fv); e != nil {
+		keys, vals := cat(2, transposeKeys(l.kt), l.tk, k), cat(2, l.v, l.tv, v)
+		kt := transposeKeys(keys)
+		if e := firstErr(keys, vals, kt); e != nil {
 			return e // the cache is left as it was
 		}
-		*l = LayerCache{k: fk, v: fv}
-		return mx.ScaledDotProductAttention(q, l.k, l.v, scale, true, nil)
+		*l = LayerCache{kt: kt, v: vals}
+		return mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
 	}
-	tk, tv := cat(l.tk, k), cat(l.tv, v)
+	tk, tv := cat(2, l.tk, k), cat(2, l.tv, v)
 	if e := firstErr(tk, tv); e != nil {
 		return e
 	}
 	l.tk, l.tv = tk, tv
-	var o *mx.Array
-	if l.k == nil {
-		o = mx.ScaledDotProductAttention(q, l.tk, l.tv, scale, false, nil)
-	} else {
-		o = attendTwo(q, l.k, l.v, l.tk, l.tv, scale)
-	}
+	// A tail always follows a frozen part: an empty cache takes the prefill path,
+	// and trim empties the tail whenever it cuts into the frozen part.
+	o := attendTwo(q, l.kt, l.v, l.tk, l.tv, scale)
 	if seqLen(l.tk) >= tailLimit(l.Len()) {
-		if fk, fv := cat(l.k, l.tk), cat(l.v, l.tv); firstErr(fk, fv) == nil {
-			*l = LayerCache{k: fk, v: fv}
+		kt, vals := cat(3, l.kt, transposeKeys(l.tk)), cat(2, l.v, l.tv)
+		if firstErr(kt, vals) == nil {
+			*l = LayerCache{kt: kt, v: vals}
 		}
 	}
 	return o
 }
 
-// attendTwo is attention of one query position over keys split in two parts: the
-// scores of both parts share one softmax, then each part's values are weighted by
-// its slice of the probabilities. The rep = Hq/Hkv query heads that share a kv head
-// are folded into the rows of one product, as grouped-query attention allows.
-func attendTwo(q, k0, v0, k1, v1 *mx.Array, scale float32) *mx.Array {
+// attendTwo is attention of one query position over keys split in two parts, the
+// frozen one transposed: the scores of both parts share one softmax, then each part's
+// values are weighted by its slice of the probabilities. The rep = Hq/Hkv query heads
+// that share a kv head are folded into the rows of one product, as grouped-query
+// attention allows.
+func attendTwo(q, kt0, v0, k1, v1 *mx.Array, scale float32) *mx.Array {
 	b, hq, d := q.Dim(0), q.Dim(1), q.Dim(3)
-	hkv, s0, s1 := k0.Dim(1), k0.Dim(2), k1.Dim(2)
+	hkv, s0, s1 := v0.Dim(1), v0.Dim(2), v1.Dim(2)
 	qg := mx.Reshape(mx.MulScalar(q, scale), b, hkv, hq/hkv, d)
-	scores := mx.Concatenate([]*mx.Array{mx.MatmulT(qg, k0, false, true), mx.MatmulT(qg, k1, false, true)}, -1)
+	scores := mx.Concatenate([]*mx.Array{mx.Matmul(qg, kt0), mx.MatmulT(qg, k1, false, true)}, -1)
 	p := mx.Softmax(scores, -1)
 	o := mx.Add(mx.Matmul(mx.SliceAxis(p, -1, 0, s0), v0), mx.Matmul(mx.SliceAxis(p, -1, s0, s0+s1), v1))
 	return mx.Reshape(o, b, hq, 1, v0.Dim(3))

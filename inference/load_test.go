@@ -165,3 +165,30 @@ func TestGradientThroughModel(t *testing.T) {
 		t.Errorf("WithParams with a wrong shape: %v", err)
 	}
 }
+
+func TestWithParamsKeepsAdapters(t *testing.T) {
+	b := cpu(t)
+	m := NewRandom(tinyConfig("llama"), 14, b)
+	lora := &LoRA{A: mx.Zeros(32, 2), B: mx.Zeros(2, 64), Scale: 1}
+	m.Linears(func(path string, l *Linear) {
+		if path == "model.layers.1.self_attn.q_proj" {
+			l.LoRA = lora
+		}
+	})
+	cp, err := m.WithParams(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	cp.Linears(func(path string, l *Linear) {
+		if l.LoRA != nil {
+			n++
+			if path != "model.layers.1.self_attn.q_proj" || l.LoRA != lora {
+				t.Errorf("adapter on %s", path)
+			}
+		}
+	})
+	if n != 1 {
+		t.Errorf("%d adapters after WithParams, want 1", n)
+	}
+}

@@ -25,8 +25,6 @@ type Block interface {
 // modules the loader fills (tags relative to "model.layers.N.").
 type Architecture struct {
 	NewBlock func(cfg *Config, layer int) Block
-	// Check rejects configurations the architecture cannot run; may be nil.
-	Check func(cfg *Config) error
 }
 
 var architectures = map[string]Architecture{}
@@ -49,17 +47,13 @@ func lookup(cfg *Config) (Architecture, error) {
 		return a, fmt.Errorf("%w: model_type %q (supported: %s)", ErrUnknownArchitecture, cfg.ModelType,
 			strings.Join(slices.Sorted(maps.Keys(architectures)), ", "))
 	}
-	if a.Check != nil {
-		if err := a.Check(cfg); err != nil {
-			return a, fmt.Errorf("inference: %s: %w", cfg.ModelType, err)
-		}
-	}
 	return a, nil
 }
 
 // Model is a loaded decoder-only transformer: embedding, layers, final norm and the
 // output projection (the embedding itself when tied). Its weights are read-only;
-// conversation state is in a Cache.
+// conversation state is in a Cache. The top modules are exported (and every Linear
+// reachable through Linears) for adapters and trainers.
 type Model struct {
 	cfg    Config
 	b      mx.Backend
@@ -226,6 +220,14 @@ func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
 	if err := cp.bind(newBinder(src, &cp.cfg)); err != nil {
 		return nil, err
 	}
+	// Adapters are not weights of the base model; they ride along unchanged.
+	loras := map[string]*LoRA{}
+	m.Linears(func(path string, l *Linear) {
+		if l.LoRA != nil {
+			loras[path] = l.LoRA
+		}
+	})
+	cp.Linears(func(path string, l *Linear) { l.LoRA = loras[path] })
 	return cp, nil
 }
 
