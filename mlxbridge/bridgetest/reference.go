@@ -59,6 +59,19 @@ func (s *suite) reference(t *testing.T) {
 	}
 	expect(t, "linear", mx.MatmulT(x, w, false, true), []int{2, 3, 6}, want, atol, rtol)
 
+	// One row (decode) against both weight layouts, with a batch of one in front.
+	row, wk, wn := s.randn(31, 1, 1, 8), s.randn(32, 8, 6), s.randn(33, 6, 8)
+	rv, wkv, wnv := get(t, row), get(t, wk), get(t, wn)
+	want1, want2 := make([]float64, 6), make([]float64, 6)
+	for j := 0; j < 6; j++ {
+		for k := 0; k < 8; k++ {
+			want1[j] += rv[k] * wkv[k*6+j]
+			want2[j] += rv[k] * wnv[j*8+k]
+		}
+	}
+	expect(t, "row @ w", mx.Matmul(row, wk), []int{1, 1, 6}, want1, atol, rtol)
+	expect(t, "row @ wᵀ", mx.MatmulT(row, wn, false, true), []int{1, 1, 6}, want2, atol, rtol)
+
 	// Softmax along a middle axis, and sums over two separated axes.
 	x = s.randn(5, 2, 3, 4)
 	xv = get(t, x)

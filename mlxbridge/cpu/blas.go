@@ -15,6 +15,10 @@ static void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, in
 	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
 	            m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
+
+static void inloop_sgemv(int trans, int m, int n, const float *a, int lda, const float *x, float *y) {
+	cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, m, n, 1.0f, a, lda, x, 1, 0.0f, y, 1);
+}
 */
 import "C"
 
@@ -43,4 +47,14 @@ func cbool(v bool) C.int {
 		return 1
 	}
 	return 0
+}
+
+// sgemv computes y = op(A)·x for a row-major A (m, n) with row stride lda; op is a
+// transpose when trans. A matrix-vector product through sgemm packs the whole
+// matrix first, which halved decode speed; sgemv streams it.
+func sgemv(trans bool, m, n int, a []float32, lda int, x, y []float32) {
+	if m == 0 || n == 0 {
+		return
+	}
+	C.inloop_sgemv(cbool(trans), C.int(m), C.int(n), (*C.float)(&a[0]), C.int(lda), (*C.float)(&x[0]), (*C.float)(&y[0]))
 }

@@ -21,6 +21,15 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 		return &buf{f: make([]float32, numel(out))}, nil
 	}
 	res := scratch(numel(out)) // sgemm with beta 0 overwrites every element
+	// One row times a matrix (decode): a matrix-vector product.
+	if !ta && nb*m == 1 && numel(bs[:len(bs)-2]) == 1 {
+		if tb { // w (N, K): y = w·x
+			sgemv(false, n, k, bf, ldb, af, res)
+		} else { // w (K, N): y = wᵀ·x
+			sgemv(true, k, n, bf, ldb, af, res)
+		}
+		return pooledBuf(res), nil
+	}
 	// x (..., M, K) @ w (K, N) with no batch on w: one GEMM over all rows.
 	if !ta && numel(bs[:len(bs)-2]) == 1 && numel(as[:len(as)-2]) == nb {
 		sgemm(false, tb, nb*m, n, k, af, lda, bf, ldb, 0, res, n)
