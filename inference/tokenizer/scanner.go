@@ -126,6 +126,17 @@ func (gpt2Scanner) find(s string, emit func(start, end int)) error {
 	return nil
 }
 
+// SplitGPT2 calls emit with each piece of s as GPT-2's pre-tokenizer pattern splits
+// it (the pieces tile s). The BPE trainer uses it so that it learns merges on
+// exactly the words this package will later encode.
+func SplitGPT2(s string, emit func(piece string)) {
+	for i := 0; i < len(s); {
+		n := gpt2Next(s, i)
+		emit(s[i : i+n])
+		i += n
+	}
+}
+
 func gpt2Next(s string, i int) int {
 	r, w, class := runeAt(s, i)
 	if r == '\'' {

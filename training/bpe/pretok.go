@@ -2,8 +2,8 @@ package bpe
 
 import (
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/inloop/inloop/inference/tokenizer"
 )
 
 // GPT2Pattern is the pre-tokenizer split that the written tokenizer.json asks
@@ -54,104 +54,9 @@ func byteLevel(s string) string {
 	return sb.String()
 }
 
-// Character classes as \p{L}, \p{N} and \s see them.
-const (
-	classOther byte = iota
-	classLetter
-	classNumber
-	classSpace
-)
-
-var asciiClass = func() (t [utf8.RuneSelf]byte) {
-	for c := range t {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
-			t[c] = classLetter
-		case '0' <= c && c <= '9':
-			t[c] = classNumber
-		case c == ' ', '\t' <= c && c <= '\r':
-			t[c] = classSpace
-		}
-	}
-	return t
-}()
-
-func runeAt(s string, i int) (r rune, w int, class byte) {
-	if c := s[i]; c < utf8.RuneSelf {
-		return rune(c), 1, asciiClass[c]
-	}
-	r, w = utf8.DecodeRuneInString(s[i:])
-	switch {
-	case unicode.IsLetter(r):
-		class = classLetter
-	case unicode.IsNumber(r):
-		class = classNumber
-	case unicode.IsSpace(r):
-		class = classSpace
-	}
-	return r, w, class
-}
-
-func runEnd(s string, i int, c byte) int {
-	for i < len(s) {
-		_, w, k := runeAt(s, i)
-		if k != c {
-			break
-		}
-		i += w
-	}
-	return i
-}
-
-// splitGPT2 calls emit with each piece of s as GPT2Pattern splits it. The
-// pattern matches at every position, so the pieces tile s.
-func splitGPT2(s string, emit func(string)) {
-	for i := 0; i < len(s); {
-		n := gpt2Next(s, i)
-		emit(s[i : i+n])
-		i += n
-	}
-}
-
-// gpt2Next returns the length of the match of GPT2Pattern at s[i:].
-func gpt2Next(s string, i int) int {
-	r, w, class := runeAt(s, i)
-	if r == '\'' && i+1 < len(s) {
-		switch s[i+1] {
-		case 's', 't', 'm', 'd':
-			return 2
-		case 'r', 'v':
-			if i+2 < len(s) && s[i+2] == 'e' {
-				return 3
-			}
-		case 'l':
-			if i+2 < len(s) && s[i+2] == 'l' {
-				return 3
-			}
-		}
-	}
-	// " ?X+" for X in letters, numbers, others.
-	j, c := i, class
-	if r == ' ' && i+w < len(s) {
-		if _, _, next := runeAt(s, i+w); next != classSpace {
-			j, c = i+w, next
-		}
-	}
-	if c != classSpace {
-		return runEnd(s, j, c) - i
-	}
-	// \s+(?!\S)|\s+: the whole run at the end of the text, else the run less
-	// its last rune (which then leads the next piece), else one rune.
-	end := runEnd(s, i, classSpace)
-	if end == len(s) {
-		return end - i
-	}
-	_, last := utf8.DecodeLastRuneInString(s[:end])
-	if end-last > i {
-		return end - last - i
-	}
-	return end - i
-}
+// splitGPT2 calls emit with each piece of s as GPT2Pattern splits it, using the
+// tokenizer's own scanner so that training and encoding split text identically.
+func splitGPT2(s string, emit func(string)) { tokenizer.SplitGPT2(s, emit) }
 
 // splitSpecial calls emit with the parts of s between occurrences of the
 // special tokens, which are cut out: they are never part of a word. At one
