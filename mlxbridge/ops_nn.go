@@ -80,12 +80,15 @@ func RoPEAngles(l int, o RoPEOptions) (cos, sin []float32) {
 	if o.Inverse {
 		sign = -1
 	}
+	freq := make([]float64, half) // Base^(−2i/Dims), once per call rather than per position
+	for i := range freq {
+		freq[i] = sign * math.Pow(float64(o.Base), -2*float64(i)/float64(o.Dims))
+	}
 	for p := 0; p < l; p++ {
 		pos := float64(o.Offset+p) * float64(o.Scale)
-		for i := 0; i < half; i++ {
-			theta := sign * pos * math.Pow(float64(o.Base), -2*float64(i)/float64(o.Dims))
-			cos[p*half+i] = float32(math.Cos(theta))
-			sin[p*half+i] = float32(math.Sin(theta))
+		for i, f := range freq {
+			s, c := math.Sincos(pos * f)
+			cos[p*half+i], sin[p*half+i] = float32(c), float32(s)
 		}
 	}
 	return cos, sin
