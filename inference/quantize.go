@@ -216,8 +216,9 @@ func QuantizeModel(srcDir, dstDir string, bits, groupSize int) (QuantizeReport, 
 	if err := os.Rename(tmp, dstDir); err != nil {
 		return rep, fmt.Errorf("inference: quantize: %w", err)
 	}
-	if err := syncDir(filepath.Dir(filepath.Clean(dstDir))); err != nil {
-		return rep, err
+	// A file system that cannot sync folders (os.ErrInvalid) still has the rename.
+	if err := safetensors.SyncDir(filepath.Dir(filepath.Clean(dstDir))); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return rep, fmt.Errorf("inference: quantize: sync %s: %w", filepath.Dir(dstDir), err)
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
@@ -396,18 +397,6 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		os.Remove(f.Name())
 		return fmt.Errorf("inference: write %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("inference: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("inference: sync %s: %w", dir, err)
 	}
 	return nil
 }

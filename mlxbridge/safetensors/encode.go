@@ -233,12 +233,13 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err e
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// syncDir makes a rename in dir durable. Windows cannot open a folder for
-// syncing and orders renames itself.
-func syncDir(dir string) error {
+// SyncDir makes the entries of dir (a rename into it) durable. Windows cannot
+// open a folder for syncing and orders renames itself. Checkpoints and quantized
+// model folders use it for their own atomic writes.
+func SyncDir(dir string) error {
 	if runtime.GOOS == "windows" {
 		return nil
 	}

@@ -24,12 +24,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
 // File names inside a checkpoint folder.
@@ -112,7 +112,7 @@ func Save(runDir string, c *Checkpoint) (err error) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		if err := syncDir(runDir); err != nil {
+		if err := safetensors.SyncDir(runDir); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
@@ -149,7 +149,7 @@ func Save(runDir string, c *Checkpoint) (err error) {
 	if err := writeFileSync(filepath.Join(tmp, StateFile), data); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := safetensors.SyncDir(tmp); err != nil {
 		return err
 	}
 	var old string
@@ -162,7 +162,7 @@ func Save(runDir string, c *Checkpoint) (err error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
-	if err := syncDir(root); err != nil {
+	if err := safetensors.SyncDir(root); err != nil {
 		return err
 	}
 	if old != "" {
@@ -220,18 +220,4 @@ func writeFileSync(path string, data []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-// syncDir makes the entries of dir durable. Windows cannot open a folder for
-// syncing and orders renames itself.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -227,7 +227,7 @@ func Prune(runDir string, keep int) error {
 		}
 	}
 	if len(doomed) > 0 {
-		if err := syncDir(root); err != nil {
+		if err := safetensors.SyncDir(root); err != nil {
 			errs = append(errs, err)
 		}
 	}
