@@ -3,6 +3,7 @@ package mlxbridge
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/inloop/inloop/mlxbridge/safetensors"
@@ -239,6 +240,7 @@ func readback[T any](a *Array, name string, ok bool) ([]T, error) {
 		return nil, fmt.Errorf("mlxbridge: %s of a %s array", name, a.dtype)
 	}
 	d, err := a.b.Data(a)
+	keepAlive(a)
 	if err != nil {
 		return nil, err
 	}
@@ -334,3 +336,10 @@ func RoundBFloat16(v float32) float32 {
 func RoundFloat16(v float32) float32 {
 	return safetensors.Float16ToFloat32(safetensors.Float32ToFloat16(v))
 }
+
+// keepAlive keeps arrays reachable until a backend call that reads them has returned:
+// a backend may release an array's memory as soon as the array is unreachable, and
+// the compiler may consider an argument dead while the kernel still reads its data.
+//
+//go:noinline
+func keepAlive(xs ...any) { runtime.KeepAlive(xs) }

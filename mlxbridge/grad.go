@@ -40,6 +40,7 @@ func StopGradient(x *Array) *Array {
 	}
 	if sg, ok := x.b.(StopGradienter); ok {
 		h, err := sg.StopGradient(x)
+		keepAlive(x)
 		return newArray("stop_gradient", x.b, h, err, x.shape, x.dtype)
 	}
 	if x.node == nil {

@@ -15,6 +15,7 @@ func unary(op UnaryOp, x *Array) *Array {
 		return e
 	}
 	h, err := x.b.Unary(op, x)
+	keepAlive(x)
 	out := newArray(name, x.b, h, err, x.shape, x.dtype)
 	return record(out, func(g *Array) []*Array {
 		return []*Array{unaryVJP(op, StopGradient(x), StopGradient(out), g)}
@@ -93,6 +94,7 @@ func binaryOp(op BinaryOp, a, b *Array) *Array {
 		dt = Bool
 	}
 	h, err := a.b.Binary(op, a, b, shape, dt)
+	keepAlive(a, b)
 	out := newArray(name, a.b, h, err, shape, dt)
 	if op.isCompare() {
 		return out
@@ -211,6 +213,7 @@ func Where(cond, a, b *Array) *Array {
 	}
 	dt := promote(a.dtype, b.dtype)
 	h, err := a.b.Where(cond, a, b, s1, dt)
+	keepAlive(cond, a, b)
 	out := newArray("where", a.b, h, err, s1, dt)
 	if !dt.IsFloat() {
 		return out
@@ -233,6 +236,7 @@ func AsType(x *Array, dt DType) *Array {
 		return Errorf("astype: unknown dtype %v", dt)
 	}
 	h, err := x.b.AsType(x, dt)
+	keepAlive(x)
 	out := newArray(fmt.Sprintf("astype %s", dt), x.b, h, err, x.shape, dt)
 	if !x.dtype.IsFloat() || !dt.IsFloat() {
 		return out

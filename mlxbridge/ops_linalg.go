@@ -31,6 +31,7 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 	out := append(batch, m, n)
 	dt := promote(a.dtype, b.dtype)
 	h, err := a.b.MatMul(a, b, transA, transB, out)
+	keepAlive(a, b)
 	res := newArray("matmul", a.b, h, err, out, dt)
 	return record(res, func(g *Array) []*Array {
 		var ga, gb *Array

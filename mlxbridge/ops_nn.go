@@ -14,6 +14,7 @@ func RMSNorm(x, w *Array, eps float32) *Array {
 	}
 	if r, ok := x.b.(RMSNormer); ok {
 		h, err := r.RMSNorm(x, w, eps)
+		keepAlive(x, w)
 		out := newArray("rms_norm", x.b, h, err, x.shape, promote(x.dtype, w.dtype))
 		return record(out, func(g *Array) []*Array { return rmsNormVJP(StopGradient(x), StopGradient(w), eps, g) }, x, w)
 	}
@@ -61,6 +62,7 @@ func RoPE(x *Array, o RoPEOptions) *Array {
 	var out *Array
 	if r, ok := x.b.(RoPEr); ok {
 		h, err := r.RoPE(x, o)
+		keepAlive(x)
 		out = newArray("rope", x.b, h, err, x.shape, x.dtype)
 	} else {
 		out = ropeComposed(StopGradient(x), o)
@@ -162,10 +164,12 @@ func ScaledDotProductAttention(q, k, v *Array, scale float32, causal bool, mask 
 		return sdpaComposed(q, k, v, scale, causal, mask)
 	}
 	h, err := f.SDPA(q, k, v, scale, causal, mask)
+	keepAlive(q, k, v, mask)
 	out := newArray("sdpa", q.b, h, err, []int{b, hq, l, v.shape[3]}, q.dtype)
 	return record(out, func(g *Array) []*Array {
 		sq, sk, sv := StopGradient(q), StopGradient(k), StopGradient(v)
 		dq, dk, dv, err := vjp.SDPAVJP(sq, sk, sv, scale, causal, StopGradient(mask), g)
+		keepAlive(sq, sk, sv, mask, g)
 		return []*Array{
 			newArray("sdpa grad", q.b, dq, err, q.shape, q.dtype),
 			newArray("sdpa grad", q.b, dk, err, k.shape, k.dtype),

@@ -116,6 +116,7 @@ func QuantizedMatmul(x, w, scales, biases *Array, transpose bool, groupSize, bit
 	var res *Array
 	if q, ok := x.b.(QuantizedMatMuler); ok {
 		h, err := q.QuantizedMatMul(x, w, scales, biases, transpose, groupSize, bits, out)
+		keepAlive(x, w, scales, biases)
 		res = newArray("quantized_matmul", x.b, h, err, out, x.dtype)
 	} else {
 		// Dequantize in float32 whatever the scales' dtype, as MLX's kernels do.

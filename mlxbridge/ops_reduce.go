@@ -15,6 +15,7 @@ func reduce(name string, op ReduceOp, x *Array, axes []int, keep bool) *Array {
 		out = x
 	} else {
 		h, err := x.b.Reduce(op, x, ax)
+		keepAlive(x)
 		out = newArray(name, x.b, h, err, ks, x.dtype)
 		out = record(out, func(g *Array) []*Array {
 			g = Broadcast(g, x.shape)
@@ -67,6 +68,7 @@ func ArgMax(x *Array, axis int, keep bool) *Array {
 		return Errorf("argmax: empty axis %d", axis)
 	}
 	h, err := x.b.ArgMax(x, ax)
+	keepAlive(x)
 	out := newArray("argmax", x.b, h, err, keepShape(x.shape, []int{ax}), Int32)
 	if keep {
 		return out
@@ -107,6 +109,7 @@ func softmaxLast(x *Array) *Array {
 	var out *Array
 	if s, ok := x.b.(Softmaxer); ok {
 		h, err := s.Softmax(x)
+		keepAlive(x)
 		out = newArray("softmax", x.b, h, err, x.shape, x.dtype)
 	} else {
 		sx := StopGradient(x)
@@ -147,6 +150,7 @@ func logSumExpLast(x *Array) *Array {
 	var out *Array
 	if l, ok := x.b.(LogSumExper); ok {
 		h, err := l.LogSumExp(x)
+		keepAlive(x)
 		out = newArray("logsumexp", x.b, h, err, keepShape(x.shape, []int{len(x.shape) - 1}), x.dtype)
 	} else {
 		sx := StopGradient(x)

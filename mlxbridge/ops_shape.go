@@ -31,6 +31,7 @@ func Reshape(x *Array, shape ...int) *Array {
 		return x
 	}
 	h, err := x.b.Reshape(x, shape)
+	keepAlive(x)
 	out := newArray("reshape", x.b, h, err, shape, x.dtype)
 	return record(out, func(g *Array) []*Array { return []*Array{Reshape(g, x.shape...)} }, x)
 }
@@ -97,6 +98,7 @@ func Transpose(x *Array, perm ...int) *Array {
 		inv[a] = i
 	}
 	h, err := x.b.Transpose(x, p)
+	keepAlive(x)
 	out := newArray("transpose", x.b, h, err, shape, x.dtype)
 	return record(out, func(g *Array) []*Array { return []*Array{Transpose(g, inv...)} }, x)
 }
@@ -133,6 +135,7 @@ func Broadcast(x *Array, shape []int) *Array {
 		return x
 	}
 	h, err := x.b.Broadcast(x, clone(shape))
+	keepAlive(x)
 	out := newArray("broadcast", x.b, h, err, clone(shape), x.dtype)
 	return record(out, func(g *Array) []*Array { return []*Array{unbroadcast(g, x.shape)} }, x)
 }
@@ -172,6 +175,7 @@ func SliceStep(x *Array, start, stop, step []int) *Array {
 		}
 	}
 	h, err := x.b.Slice(x, st, sp, out)
+	keepAlive(x)
 	res := newArray("slice", x.b, h, err, out, x.dtype)
 	return record(res, func(g *Array) []*Array {
 		return []*Array{SliceUpdate(ZerosLike(x), g, st, sp)}
@@ -216,6 +220,7 @@ func SliceUpdate(dst, src *Array, start, step []int) *Array {
 		src = AsType(src, dst.dtype)
 	}
 	h, err := dst.b.SliceUpdate(dst, src, clone(start), clone(step))
+	keepAlive(dst, src)
 	out := newArray("slice_update", dst.b, h, err, dst.shape, dst.dtype)
 	return record(out, func(g *Array) []*Array {
 		stop := make([]int, nd)
@@ -259,6 +264,7 @@ func Concatenate(xs []*Array, axis int) *Array {
 		return xs[0]
 	}
 	h, err := xs[0].b.Concatenate(xs, ax, out)
+	keepAlive(xs)
 	res := newArray("concatenate", xs[0].b, h, err, out, xs[0].dtype)
 	return record(res, func(g *Array) []*Array {
 		gs := make([]*Array, len(xs))
@@ -286,12 +292,14 @@ func Take(x, idx *Array, axis int) *Array {
 	}
 	shape := append(append(clone(x.shape[:ax]), idx.shape...), x.shape[ax+1:]...)
 	h, err := x.b.Take(x, idx, ax)
+	keepAlive(x, idx)
 	out := newArray("take", x.b, h, err, shape, x.dtype)
 	if !x.dtype.IsFloat() {
 		return out
 	}
 	return record(out, func(g *Array) []*Array {
 		h, err := g.b.ScatterAdd(g, idx, ax, x.shape)
+		keepAlive(g, idx)
 		return []*Array{newArray("take grad", g.b, h, err, clone(x.shape), g.dtype), nil}
 	}, x, idx)
 }
@@ -320,6 +328,7 @@ func TakeAlongAxis(x, idx *Array, axis int) *Array {
 	}
 	out[ax] = idx.shape[ax]
 	h, err := x.b.TakeAlongAxis(x, idx, ax, out)
+	keepAlive(x, idx)
 	res := newArray("take_along_axis", x.b, h, err, out, x.dtype)
 	if !x.dtype.IsFloat() {
 		return res
@@ -328,6 +337,7 @@ func TakeAlongAxis(x, idx *Array, axis int) *Array {
 		full := clone(out)
 		full[ax] = x.shape[ax]
 		h, err := g.b.ScatterAddAlongAxis(g, idx, ax, full)
+		keepAlive(g, idx)
 		gx := newArray("take_along_axis grad", g.b, h, err, full, g.dtype)
 		return []*Array{unbroadcast(gx, x.shape), nil}
 	}, x, idx)

@@ -11,9 +11,7 @@ package cpu
 import (
 	"fmt"
 	"runtime"
-	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -23,9 +21,7 @@ func init() {
 }
 
 // Backend is the cpu backend. Its arrays are immutable contiguous row-major buffers.
-type Backend struct {
-	peak atomic.Int64
-}
+type Backend struct{}
 
 // New returns a cpu backend; most code uses mlxbridge.Open("cpu") instead.
 func New() *Backend { return &Backend{} }
@@ -57,24 +53,28 @@ func newBuf(dt mx.DType, n int) *buf {
 
 func h(a *mx.Array) *buf { return a.Handle().(*buf) }
 
-// Memory reports the Go heap's live bytes, which the cpu backend's arrays dominate,
-// and the largest value seen by any call to Memory so far.
+// Memory reports what the process holds for computation: the bytes of live arrays
+// (counted one array at a time), the free list kept for reuse, and the Go heap that
+// survived the last collection. Peak is the highest array-plus-free-list figure
+// since the process started plus the Go heap now.
 func (be *Backend) Memory() (active, peak int64) {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	active = int64(s[0].Value.Uint64())
-	for {
-		p := be.peak.Load()
-		if active <= p || be.peak.CompareAndSwap(p, active) {
-			return active, max(p, active)
-		}
-	}
+	arrays, pooled, p := arrayBytes()
+	g := goHeapLive()
+	return arrays + pooled + g, max(p+g, arrays+pooled+g)
+}
+
+// MemoryDetail splits Memory's active figure into its parts.
+func MemoryDetail() (arrays, pooled, goHeap int64) {
+	a, p, _ := arrayBytes()
+	return a, p, goHeapLive()
 }
 
 func (be *Backend) FromData(dt mx.DType, shape []int, data any) (mx.Handle, error) {
 	switch d := data.(type) {
 	case []float32:
-		return &buf{f: append([]float32(nil), d...)}, nil
+		f := newF(len(d))
+		copy(f, d)
+		return fbuf(f), nil
 	case []int32:
 		return &buf{i: append([]int32(nil), d...)}, nil
 	case []uint32:
@@ -230,6 +230,25 @@ func gather[T any](dst, src []T, shape, strides []int, base int) {
 			}
 		})
 	})
+}
+
+// outBuf is a kernel's output buffer of n elements with garbage contents: float ones
+// in C memory (see pool.go), owned by the returned buf from the start.
+func outBuf(dt mx.DType, n int) *buf {
+	if dt.IsFloat() {
+		return fbuf(newF(n))
+	}
+	return newBuf(dt, n)
+}
+
+// gatherOut is gatherBuf for a kernel's output.
+func gatherOut(dt mx.DType, src *buf, n int, shape, strides []int, base int) *buf {
+	if !dt.IsFloat() {
+		return gatherBuf(dt, src, n, shape, strides, base)
+	}
+	d := newF(n)
+	gather(d, src.f, shape, strides, base)
+	return fbuf(d)
 }
 
 // gatherBuf applies gather to whichever slice the dtype uses.

@@ -81,24 +81,24 @@ func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
 	}
 	if vec != nil {
 		src := h(x).f
-		out := scratch(len(src))
+		out := newF(len(src))
 		vec(out, src)
 		roundTo(x.DType(), out)
-		return pooledBuf(out), nil
+		return fbuf(out), nil
 	}
 	f := unaryFunc(op)
 	if f == nil {
 		return nil, fmt.Errorf("cpu: unary op %d not supported", op)
 	}
 	src := h(x).f
-	out := scratch(len(src))
+	out := newF(len(src))
 	parallel(len(src), elemGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = f(src[i])
 		}
 	})
 	roundTo(x.DType(), out)
-	return pooledBuf(out), nil
+	return fbuf(out), nil
 }
 
 // binaryKernel applies op to n elements: out[i] = a[i*as] op b[i*bs], with as, bs in {0, 1}.
@@ -224,7 +224,7 @@ func (be *Backend) Binary(op mx.BinaryOp, a, b *mx.Array, out []int, dt mx.DType
 		return be.intEqual(a, b, out), nil
 	}
 	af, bf := asFloat(a), asFloat(b)
-	res := scratch(numel(out)) // every case below writes every element
+	res := newF(numel(out)) // every case below writes every element
 	n := len(res)
 	switch {
 	case n == 0:
@@ -258,10 +258,11 @@ func (be *Backend) Binary(op mx.BinaryOp, a, b *mx.Array, out []int, dt mx.DType
 				bb[i] = 1
 			}
 		}
+		fbuf(res) // released with the dropped buf
 		return &buf{b: bb}, nil
 	}
 	roundTo(dt, res)
-	return pooledBuf(res), nil
+	return fbuf(res), nil
 }
 
 func (be *Backend) intEqual(a, b *mx.Array, out []int) *buf {
@@ -292,7 +293,7 @@ func broadcastTo(x *mx.Array, shape []int) *mx.Array {
 }
 
 func (be *Backend) Broadcast(x *mx.Array, shape []int) (mx.Handle, error) {
-	return gatherBuf(x.DType(), h(x), numel(shape), shape, bstrides(x.Shape(), shape), 0), nil
+	return gatherOut(x.DType(), h(x), numel(shape), shape, bstrides(x.Shape(), shape), 0), nil
 }
 
 func (be *Backend) Transpose(x *mx.Array, perm []int) (mx.Handle, error) {
@@ -301,7 +302,7 @@ func (be *Backend) Transpose(x *mx.Array, perm []int) (mx.Handle, error) {
 	for i, p := range perm {
 		shape[i], strides[i] = xs[p], st[p]
 	}
-	return gatherBuf(x.DType(), h(x), numel(shape), shape, strides, 0), nil
+	return gatherOut(x.DType(), h(x), numel(shape), shape, strides, 0), nil
 }
 
 // truthy returns cond's values as 0/1 bytes.
@@ -361,9 +362,11 @@ func (be *Backend) AsType(x *mx.Array, dt mx.DType) (mx.Handle, error) {
 	src := h(x)
 	n := x.Size()
 	if dt.IsFloat() {
-		f := append([]float32(nil), asFloat(x)...)
+		src := asFloat(x)
+		f := newF(len(src))
+		copy(f, src)
 		roundTo(dt, f)
-		return &buf{f: f}, nil
+		return fbuf(f), nil
 	}
 	if x.DType().IsFloat() {
 		// Float to integer truncates toward zero, as C and MLX do; out of range saturates.

@@ -18,9 +18,9 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 	batch := out[:len(out)-2]
 	nb := numel(batch)
 	if nb == 0 || m == 0 || n == 0 || k == 0 {
-		return &buf{f: make([]float32, numel(out))}, nil
+		return fbuf(newFZero(numel(out))), nil
 	}
-	res := scratch(numel(out)) // sgemm with beta 0 overwrites every element
+	res := newF(numel(out)) // sgemm with beta 0 overwrites every element
 	// One row times a matrix (decode): a matrix-vector product.
 	if !ta && nb*m == 1 && numel(bs[:len(bs)-2]) == 1 {
 		if tb { // w (N, K): y = w·x
@@ -28,12 +28,12 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 		} else { // w (K, N): y = wᵀ·x
 			sgemv(true, k, n, bf, ldb, af, res)
 		}
-		return pooledBuf(res), nil
+		return fbuf(res), nil
 	}
 	// x (..., M, K) @ w (K, N) with no batch on w: one GEMM over all rows.
 	if !ta && numel(bs[:len(bs)-2]) == 1 && numel(as[:len(as)-2]) == nb {
 		sgemm(false, tb, nb*m, n, k, af, lda, bf, ldb, 0, res, n)
-		return pooledBuf(res), nil
+		return fbuf(res), nil
 	}
 	sa := bstrides(as[:len(as)-2], batch)
 	sb := bstrides(bs[:len(bs)-2], batch)
@@ -42,7 +42,7 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 		func(i int, offs []int) {
 			sgemm(ta, tb, m, n, k, af[offs[0]*ma:], lda, bf[offs[1]*mb:], ldb, 0, res[i*m*n:], n)
 		})
-	return pooledBuf(res), nil
+	return fbuf(res), nil
 }
 
 func (be *Backend) Slice(x *mx.Array, start, step, out []int) (mx.Handle, error) {
@@ -53,7 +53,7 @@ func (be *Backend) Slice(x *mx.Array, start, step, out []int) (mx.Handle, error)
 		base += start[i] * st[i]
 		strides[i] = st[i] * step[i]
 	}
-	return gatherBuf(x.DType(), h(x), numel(out), out, strides, base), nil
+	return gatherOut(x.DType(), h(x), numel(out), out, strides, base), nil
 }
 
 // scatter writes contiguous src into the strided view (shape, strides from base) of dst.
@@ -90,7 +90,7 @@ func (be *Backend) SliceUpdate(dst, src *mx.Array, start, step []int) (mx.Handle
 	}
 	d, s := h(dst), h(src)
 	n := dst.Size()
-	r := gatherBuf(dst.DType(), d, n, []int{n}, []int{1}, 0) // copy
+	r := gatherOut(dst.DType(), d, n, []int{n}, []int{1}, 0) // copy
 	switch dst.DType() {
 	case mx.Int32:
 		scatter(r.i, s.i, src.Shape(), strides, base)
@@ -107,7 +107,7 @@ func (be *Backend) SliceUpdate(dst, src *mx.Array, start, step []int) (mx.Handle
 func (be *Backend) Concatenate(xs []*mx.Array, axis int, out []int) (mx.Handle, error) {
 	dt := xs[0].DType()
 	n := numel(out)
-	r := newBuf(dt, n)
+	r := outBuf(dt, n) // every element comes from one input
 	ost := stridesOf(out)
 	off := 0
 	for _, x := range xs {
@@ -189,7 +189,7 @@ func (be *Backend) ScatterAdd(upd, idx *mx.Array, axis int, shape []int) (mx.Han
 	}
 	m := len(ids)
 	src := h(upd).f
-	out := make([]float32, numel(shape))
+	out := newFZero(numel(shape))
 	// Rows of one outer block may hit the same index: split the work by outer block
 	// and by column ranges, never by index, so no two workers add into one element.
 	parallel(outer*max(inner/256, 1), 1, func(lo, hi int) {
@@ -206,7 +206,7 @@ func (be *Backend) ScatterAdd(upd, idx *mx.Array, axis int, shape []int) (mx.Han
 			}
 		}
 	})
-	return &buf{f: out}, nil
+	return fbuf(out), nil
 }
 
 // alongOffsets walks the out shape of a TakeAlongAxis, calling f with the flat output
@@ -245,7 +245,7 @@ func (be *Backend) TakeAlongAxis(x, idx *mx.Array, axis int, out []int) (mx.Hand
 		return nil, err
 	}
 	src := h(x)
-	r := newBuf(x.DType(), numel(out))
+	r := outBuf(x.DType(), numel(out)) // every element is written
 	alongOffsets(x.Shape(), idx.Shape(), out, axis, func(o, xo, as, io int) {
 		p := xo + ids[io]*as
 		switch {
@@ -268,9 +268,9 @@ func (be *Backend) ScatterAddAlongAxis(upd, idx *mx.Array, axis int, shape []int
 		return nil, err
 	}
 	src := h(upd).f
-	out := make([]float32, numel(shape))
+	out := newFZero(numel(shape))
 	alongOffsets(shape, idx.Shape(), upd.Shape(), axis, func(o, xo, as, io int) {
 		out[xo+ids[io]*as] += src[o]
 	})
-	return &buf{f: out}, nil
+	return fbuf(out), nil
 }

@@ -22,7 +22,7 @@ func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
 	if x.DType() == w.DType() {
 		roundTo(x.DType(), out)
 	}
-	return &buf{f: out}, nil
+	return fbuf(out), nil
 }
 
 func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
@@ -35,7 +35,7 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	if d > 0 {
 		nrows = len(src) / d
 	}
-	out := make([]float32, len(src))
+	out := newF(len(src))
 	parallel(nrows, max(1, elemGrain/max(d, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			p := r % l
@@ -56,7 +56,7 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 		}
 	})
 	roundTo(x.DType(), out)
-	return &buf{f: out}, nil
+	return fbuf(out), nil
 }
 
 // attention describes one SDPA call in flat slices, shared by forward and backward.
@@ -130,7 +130,7 @@ func (a *attention) kvHead(bh int) int { return bh/a.hq*a.hkv + bh%a.hq/(a.hq/a.
 // softmax per row, then probabilities·v through sgemm. Heads run in parallel.
 func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) (mx.Handle, error) {
 	a := newAttention(q, k, v, scale, causal, mask)
-	out := make([]float32, a.b*a.hq*a.l*a.dv)
+	out := newF(a.b * a.hq * a.l * a.dv)
 	parallel(a.b*a.hq, 1, func(lo, hi int) {
 		p := make([]float32, a.l*a.s)
 		for bh := lo; bh < hi; bh++ {
@@ -140,7 +140,7 @@ func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.
 		}
 	})
 	roundTo(q.DType(), out)
-	return &buf{f: out}, nil
+	return fbuf(out), nil
 }
 
 // SDPAVJP is attention's backward pass. With P recomputed per head:
@@ -151,9 +151,9 @@ func (be *Backend) SDPAVJP(q, k, v *mx.Array, scale float32, causal bool, mask, 
 	l, s, d, dvd := a.l, a.s, a.d, a.dv
 	rep := a.hq / a.hkv
 	gf := h(g).f
-	dQ := make([]float32, len(a.q))
-	dK := make([]float32, len(a.k))
-	dV := make([]float32, len(a.v))
+	dQ := newFZero(len(a.q))
+	dK := newFZero(len(a.k))
+	dV := newFZero(len(a.v))
 	parallel(a.b*a.hkv, 1, func(lo, hi int) {
 		p, dp := make([]float32, l*s), make([]float32, l*s)
 		for kv := lo; kv < hi; kv++ {
@@ -179,5 +179,5 @@ func (be *Backend) SDPAVJP(q, k, v *mx.Array, scale float32, causal bool, mask, 
 			}
 		}
 	})
-	return &buf{f: dQ}, &buf{f: dK}, &buf{f: dV}, nil
+	return fbuf(dQ), fbuf(dK), fbuf(dV), nil
 }

@@ -12,7 +12,7 @@ import (
 // many dead ones of the same size, collect, and check the kept values are intact.
 func TestPoolNeverRecyclesLiveBuffers(t *testing.T) {
 	be := New()
-	n := poolMin * 2
+	n := cMin * 2
 	x := mx.FromData(be, mx.Float32, make([]float32, n), n)
 	keep := []*mx.Array{mx.Exp(x), mx.AddScalar(x, 3), mx.Matmul(mx.Reshape(x, 256, n/256), mx.Full(be, []int{n / 256, 512}, 1, mx.Float32))}
 	want := []float32{1, 3, 0}
@@ -23,9 +23,7 @@ func TestPoolNeverRecyclesLiveBuffers(t *testing.T) {
 		}
 		runtime.GC()
 		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
-		pool.Lock()
-		recycled = recycled || pool.bytes > 0
-		pool.Unlock()
+		recycled = recycled || mem.pooled.Load() > 0
 	}
 	if !recycled {
 		t.Errorf("no buffer came back to the pool after 20 collections")
@@ -42,4 +40,48 @@ func TestPoolNeverRecyclesLiveBuffers(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(keep)
+}
+
+// Live array bytes must follow what the program holds, not what it has allocated:
+// churn through arrays of many lengths (a trainer's padded batches) while keeping a
+// fixed working set, and check the count comes back to the working set.
+func TestArrayBytesFollowLiveArrays(t *testing.T) {
+	be := New()
+	settle := func() int64 {
+		for i := 0; i < 3; i++ {
+			runtime.GC()
+			time.Sleep(5 * time.Millisecond)
+		}
+		a, _, _ := arrayBytes()
+		return a
+	}
+	base := settle()
+	const n = cMin * 4
+	keep := mx.FromData(be, mx.Float32, make([]float32, n), n)
+	held := settle() - base
+	if held < n*4 || held > n*5 {
+		t.Fatalf("one live %d-float array counts %d bytes, want about %d", n, held, n*4)
+	}
+	for round := 0; round < 200; round++ {
+		m := cMin + round*997 // a new length each time
+		x := mx.FromData(be, mx.Float32, make([]float32, m), m)
+		_ = mx.Exp(mx.AddScalar(x, 1))
+	}
+	if got := settle() - base; got > held+held/2 {
+		t.Errorf("after 200 dead arrays of new lengths, live array bytes are %d, want about %d", got, held)
+	}
+	_, pooled, _ := arrayBytes()
+	if pooled > freeMax {
+		t.Errorf("free list holds %d bytes, more than its cap %d", pooled, freeMax)
+	}
+	runtime.KeepAlive(keep)
+}
+
+func TestSizeClass(t *testing.T) {
+	for _, n := range []int{1, 4, 5, 7, 8, 9, 100, 1000, 1 << 14, 1<<14 + 1, 123457, 1 << 24} {
+		c := sizeClass(n)
+		if c < n || float64(c) > float64(n)*1.25+1 {
+			t.Errorf("sizeClass(%d) = %d, want in [%d, %.0f]", n, c, n, float64(n)*1.25)
+		}
+	}
 }

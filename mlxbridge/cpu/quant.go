@@ -13,7 +13,7 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 	n := ws[0]
 	k := ws[1] * 32 / bits
 	xf := h(x).f
-	res := make([]float32, numel(out))
+	res := newF(numel(out))
 	if transpose { // x (M, K) -> (M, N)
 		m := len(xf) / max(k, 1)
 		qmm.MatMulT(res, xf, m, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
@@ -22,5 +22,5 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 		qmm.MatMul(res, xf, m, n, h(w).u, h(scales).f, h(biases).f, k, groupSize, bits)
 	}
 	roundTo(x.DType(), res)
-	return &buf{f: res}, nil
+	return fbuf(res), nil
 }

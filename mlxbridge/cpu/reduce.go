@@ -165,7 +165,7 @@ func lastAxisRows(x *mx.Array, outLen int, f func(row, out []float32)) []float32
 	if d > 0 {
 		nrows = len(src) / d
 	}
-	out := make([]float32, nrows*outLen)
+	out := newF(nrows * outLen) // f writes every element of its row
 	parallel(nrows, max(1, elemGrain/max(d, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			f(src[r*d:(r+1)*d], out[r*outLen:(r+1)*outLen])
@@ -176,10 +176,10 @@ func lastAxisRows(x *mx.Array, outLen int, f func(row, out []float32)) []float32
 
 func (be *Backend) Softmax(x *mx.Array) (mx.Handle, error) {
 	src := h(x).f
-	out := make([]float32, len(src))
+	out := newF(len(src))
 	softmaxRows(out, src, x.Dim(-1))
 	roundTo(x.DType(), out)
-	return &buf{f: out}, nil
+	return fbuf(out), nil
 }
 
 func (be *Backend) LogSumExp(x *mx.Array) (mx.Handle, error) {

@@ -12,11 +12,14 @@ type Estimate struct {
 	Weights     int64 // the base model as stored
 	Activations int64 // kept for the backward pass of one micro-batch
 	Optimizer   int64 // adapters, their gradients and two moments
-	Available   int64 // memory the system reports available; 0 when unknown
+	// Headroom is memory of arrays already dead but not yet reclaimed: the backend
+	// collects once new allocations pass half of what is live.
+	Headroom  int64
+	Available int64 // memory the system reports available; 0 when unknown
 }
 
 // Total is the sum of the parts.
-func (e Estimate) Total() int64 { return e.Weights + e.Activations + e.Optimizer }
+func (e Estimate) Total() int64 { return e.Weights + e.Activations + e.Optimizer + e.Headroom }
 
 // EstimateMemory sizes a run of batch rows of seq tokens: per layer and token
 // the float32 intermediates of a transformer block (≈ 8·hidden + 4·intermediate
@@ -25,10 +28,12 @@ func (e Estimate) Total() int64 { return e.Weights + e.Activations + e.Optimizer
 // the adapter parameters.
 func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, batch, seq int, adapterParams int64) Estimate {
 	perToken := int64(layers)*(int64(8*hidden+4*intermediate)+int64(2*heads*seq))*4*2 + int64(vocab)*4*3
+	act := int64(batch) * int64(seq) * perToken
 	return Estimate{
 		Weights:     weights,
-		Activations: int64(batch) * int64(seq) * perToken,
+		Activations: act,
 		Optimizer:   4 * 4 * adapterParams,
+		Headroom:    act / 2,
 		Available:   availableMemory(),
 	}
 }
@@ -41,8 +46,8 @@ func (r *run) memoryCheck(adapterParams int64) {
 	}
 	inter := mc.IntermediateSize
 	e := EstimateMemory(r.m.WeightBytes(), mc.HiddenSize, inter, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, r.cfg.BatchSize, seq, adapterParams)
-	msg := fmt.Sprintf("memory estimate %s: weights %s, activations %s (batch %d × %d tokens), adapters and optimizer %s",
-		fmtBytes(e.Total()), fmtBytes(e.Weights), fmtBytes(e.Activations), r.cfg.BatchSize, seq, fmtBytes(e.Optimizer))
+	msg := fmt.Sprintf("memory estimate %s: weights %s, activations %s (batch %d × %d tokens), adapters and optimizer %s, reuse headroom %s",
+		fmtBytes(e.Total()), fmtBytes(e.Weights), fmtBytes(e.Activations), r.cfg.BatchSize, seq, fmtBytes(e.Optimizer), fmtBytes(e.Headroom))
 	if e.Available > 0 {
 		msg += fmt.Sprintf("; %s available", fmtBytes(e.Available))
 	}
