@@ -9,23 +9,24 @@ import (
 const module = "github.com/inloop/inloop"
 
 // allowed says which project packages each layer may import, so arrows point down
-// only (DESIGN.md): main -> ui -> app -> {training, inference, store} -> mlxbridge.
-// A package may always import packages inside its own tree, except where a deeper
-// rule is listed (inference/adapt sits above training, the rest of inference below).
+// only (DESIGN.md): main -> ui -> app -> adapt -> training -> inference -> mlxbridge,
+// with resources and internal as leaves every layer may use and store as a leaf
+// only app may use. A package may always import packages inside its own tree.
 var allowed = []struct {
 	pkg  string // a tree, longest match wins
 	may  []string
 	fyne bool
 }{
-	{"", []string{"ui", "app"}, true}, // main
-	{"ui", []string{"app", "resources"}, true},
-	{"app", []string{"training", "inference", "store", "mlxbridge", "resources"}, false},
-	{"inference/adapt", []string{"training", "inference", "mlxbridge", "store"}, false},
-	{"training", []string{"inference", "mlxbridge"}, false},
-	{"inference", []string{"mlxbridge"}, false},
-	{"mlxbridge", nil, false},
+	{"", []string{"ui", "app", "internal"}, true}, // main
+	{"ui", []string{"app", "resources", "internal"}, true},
+	{"app", []string{"adapt", "training", "inference", "store", "mlxbridge", "resources", "internal"}, false},
+	{"adapt", []string{"training", "inference", "mlxbridge", "resources", "internal"}, false},
+	{"training", []string{"inference", "mlxbridge", "resources", "internal"}, false},
+	{"inference", []string{"mlxbridge", "resources", "internal"}, false},
+	{"mlxbridge", []string{"resources", "internal"}, false},
 	{"store", nil, false},
 	{"resources", nil, false},
+	{"internal", nil, false}, // small helpers with no domain: they import no project package outside internal
 }
 
 func rule(rel string) (tree string, may []string, fyne bool) {
@@ -40,6 +41,14 @@ func rule(rel string) (tree string, may []string, fyne bool) {
 }
 
 func inTree(rel, tree string) bool { return rel == tree || strings.HasPrefix(rel, tree+"/") }
+
+// isTestHelper reports a package that exists for tests (mlxbridge/bridgetest,
+// inference/inferencetest): go list's Imports leaves out _test.go files, so any
+// import of one seen here is from shipped code.
+func isTestHelper(rel string) bool {
+	base := rel[strings.LastIndex(rel, "/")+1:]
+	return base != "test" && strings.HasSuffix(base, "test")
+}
 
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{join .Imports \",\"}}|{{join .Deps \",\"}}", "./...").Output()
@@ -59,13 +68,16 @@ func TestImportRules(t *testing.T) {
 			irel := strings.TrimPrefix(imp, module+"/")
 			ok := tree != "" && inTree(irel, tree)
 			if itree, _, _ := rule(irel); ok && itree != tree && !inTree(tree, itree) {
-				ok = false // e.g. inference may not reach up into inference/adapt
+				ok = false // a tree nested in another keeps its own rules
 			}
 			for _, m := range may {
 				ok = ok || inTree(irel, m)
 			}
 			if !ok {
 				t.Errorf("%s imports %s: not allowed by DESIGN.md's layering", parts[0], imp)
+			}
+			if isTestHelper(irel) && !isTestHelper(rel) {
+				t.Errorf("%s imports %s: test helpers (bridgetest, inferencetest) are for _test.go files", parts[0], imp)
 			}
 		}
 		if !fyne {
@@ -86,8 +98,9 @@ func TestImportRuleTable(t *testing.T) {
 	for _, c := range []struct {
 		pkg, tree string
 	}{
-		{"", ""}, {"mlxbridge/cpu", "mlxbridge"}, {"inference/adapt/ttt", "inference/adapt"},
-		{"inference/llama", "inference"}, {"ui", "ui"}, {"store", "store"},
+		{"", ""}, {"mlxbridge/cpu", "mlxbridge"}, {"adapt/ttt", "adapt"}, {"adapt", "adapt"},
+		{"inference/llama", "inference"}, {"inference/inferencetest", "inference"}, {"ui", "ui"},
+		{"store", "store"}, {"internal/atomicfile", "internal"}, {"mlxbridge/cpu/internal/qmm", "mlxbridge"},
 	} {
 		if tree, _, _ := rule(c.pkg); tree != c.tree {
 			t.Errorf("rule(%q) = %q, want %q", c.pkg, tree, c.tree)

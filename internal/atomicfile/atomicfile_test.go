@@ -1,0 +1,118 @@
+package atomicfile
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+func TestWriteFileReplaces(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	for _, want := range []string{"first", "second, longer than the first"} {
+		if err := WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(path); err != nil || string(got) != want {
+			t.Fatalf("got %q, %v; want %q", got, err, want)
+		}
+	}
+	assertOnly(t, filepath.Dir(path), "config.json")
+}
+
+func TestWriteFailingMidwayKeepsOldFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.safetensors")
+	if err := WriteFile(path, []byte("old weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("disk full")
+	err := WriteFunc(path, 0o644, func(w io.Writer) error {
+		if _, err := w.Write(make([]byte, 1<<20)); err != nil { // past the buffer: bytes reach the temp file
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got error %v, want one wrapping %v", err, boom)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "old weights" {
+		t.Errorf("after a failed write the file holds %d bytes %.20q, want the old content", len(got), got)
+	}
+	assertOnly(t, dir, "model.safetensors")
+}
+
+func TestWriteFilePermissions(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("Windows has no Unix permission bits")
+	}
+	path := filepath.Join(t.TempDir(), "adapter_config.json")
+	for _, perm := range []os.FileMode{0o600, 0o644, 0o640} {
+		if err := WriteFile(path, []byte("{}"), perm); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != perm {
+			t.Errorf("got mode %v, want %v", got, perm)
+		}
+	}
+}
+
+func TestWriteFileRefusesNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "weights")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(sub, []byte("x"), 0o644); err == nil {
+		t.Fatal("writing over a folder: got no error")
+	}
+	if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {
+		t.Errorf("the folder was replaced: %v, %v", fi, err)
+	}
+	assertOnly(t, dir, "weights")
+}
+
+func TestWriteFileMissingFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "absent", "config.json")
+	err := WriteFile(path, []byte("x"), 0o644)
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("got %v, want an error wrapping os.ErrNotExist", err)
+	}
+}
+
+func TestSyncDir(t *testing.T) {
+	if err := SyncDir(t.TempDir()); err != nil {
+		t.Error(err)
+	}
+	if err := SyncDir(filepath.Join(t.TempDir(), "absent")); runtime.GOOS != "windows" && !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("got %v, want os.ErrNotExist", err)
+	}
+}
+
+// assertOnly fails unless dir holds exactly the named entries: no temporary
+// file may be left behind.
+func assertOnly(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, de := range des {
+		got = append(got, de.Name())
+	}
+	if len(got) != len(names) {
+		t.Fatalf("folder holds %q, want %q", got, names)
+	}
+	for i := range got {
+		if got[i] != names[i] {
+			t.Fatalf("folder holds %q, want %q", got, names)
+		}
+	}
+}
