@@ -178,15 +178,19 @@ func arrayBytes() (arrays, pooled, peak int64) {
 	return mem.arrays.Load(), mem.pooled.Load(), mem.peak.Load()
 }
 
-// goHeapLive is the Go heap that survived the last collection (weights of small
-// models, tokenizers, bookkeeping), not the garbage allocated since.
+// goHeapLive is the Go heap that survived the last collection (small arrays,
+// tokenizers, bookkeeping), not the garbage allocated since; before the first
+// collection, the heap's objects.
 func goHeapLive() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > 0 {
+		return int64(s[0].Value.Uint64())
 	}
-	return int64(s[0].Value.Uint64())
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		return int64(s[1].Value.Uint64())
+	}
+	return 0
 }
 
 func itoa(v int64) string {
