@@ -1,20 +1,18 @@
 package safetensors
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/inloop/inloop/internal/atomicfile"
 )
 
 // Tensor is one tensor to write: its raw little-endian bytes and how to
@@ -189,64 +187,32 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	b.WriteByte('"')
 }
 
-// WriteFile writes the tensors to path atomically: into a temporary file in
-// the same folder, synced, then renamed over path, and the folder synced, so
-// a crash leaves either the old file or the complete new one.
-func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err error) {
+// WriteFile writes the tensors to path atomically (internal/atomicfile), so a
+// crash leaves either the old file or the complete new one.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
 	header, order, err := buildHeader(tensors, metadata)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	err = atomicfile.WriteFunc(path, 0o644, func(w io.Writer) error {
+		if _, err := w.Write(header); err != nil {
+			return err
+		}
+		for _, t := range order {
+			if _, err := w.Write(t.Data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("safetensors: write %s: %w", path, err)
-		}
-	}()
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	if _, err := w.Write(header); err != nil {
-		return err
-	}
-	for _, t := range order {
-		if _, err := w.Write(t.Data); err != nil {
-			return err
-		}
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return SyncDir(dir)
+	return nil
 }
 
-// SyncDir makes the entries of dir (a rename into it) durable. Windows cannot
-// open a folder for syncing and orders renames itself. Checkpoints and quantized
-// model folders use it for their own atomic writes.
-func SyncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+// SyncDir is atomicfile.SyncDir, kept while inference/quantize.go still calls
+// it from here.
+//
+// Deprecated: use internal/atomicfile.SyncDir.
+func SyncDir(dir string) error { return atomicfile.SyncDir(dir) }

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // The names Hugging Face gives a sharded model's index and an unsharded
@@ -82,7 +84,7 @@ func (s *Set) open(shards []string, weightMap map[string]string) error {
 // when there is an index.
 func findShards(dir string) ([]string, map[string]string, error) {
 	indexPath := filepath.Join(dir, IndexFileName)
-	raw, err := readCapped(indexPath, maxIndexSize)
+	raw, err := capped.ReadFile(indexPath, maxIndexSize)
 	if err == nil {
 		weightMap, err := parseIndex(raw, indexPath)
 		if err != nil {
@@ -188,23 +190,6 @@ func parseIndex(raw []byte, path string) (map[string]string, error) {
 // platform, nothing with "..", nothing absolute or otherwise non-local.
 func validShardName(name string) bool {
 	return name != "" && !strings.ContainsAny(name, `/\`) && !strings.Contains(name, "..") && filepath.IsLocal(name)
-}
-
-// readCapped reads a small file whole, refusing one larger than limit.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(raw)) > limit {
-		return nil, &FormatError{Path: path, Problem: fmt.Sprintf("larger than the %d-byte limit", limit)}
-	}
-	return raw, nil
 }
 
 // Names lists every tensor in every shard, sorted.

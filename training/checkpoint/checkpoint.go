@@ -28,8 +28,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inloop/inloop/internal/atomicfile"
 	mx "github.com/inloop/inloop/mlxbridge"
-	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
 // File names inside a checkpoint folder.
@@ -112,7 +112,7 @@ func Save(runDir string, c *Checkpoint) (err error) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		if err := safetensors.SyncDir(runDir); err != nil {
+		if err := atomicfile.SyncDir(runDir); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
@@ -146,12 +146,11 @@ func Save(runDir string, c *Checkpoint) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(tmp, StateFile), data); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, StateFile), data, 0o644); err != nil {
 		return err
 	}
-	if err := safetensors.SyncDir(tmp); err != nil {
-		return err
-	}
+	// Every write above synced its file and tmp, so tmp is whole on disk
+	// before it is renamed into place.
 	var old string
 	if _, err := os.Lstat(final); err == nil {
 		old = trashName(root, final)
@@ -162,7 +161,7 @@ func Save(runDir string, c *Checkpoint) (err error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
-	if err := safetensors.SyncDir(root); err != nil {
+	if err := atomicfile.SyncDir(root); err != nil {
 		return err
 	}
 	if old != "" {
@@ -203,21 +202,4 @@ func hashFile(path string) (fileSum, error) {
 		return fileSum{}, err
 	}
 	return fileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
-}
-
-// writeFileSync creates path (which must not exist), writes data and syncs it.
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -1,18 +1,18 @@
 package checkpoint
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/inloop/inloop/internal/atomicfile"
+	"github.com/inloop/inloop/internal/capped"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
@@ -68,7 +68,7 @@ func Verify(dir string) error {
 // open reads and checks a checkpoint folder, returning its state and its two
 // tensor files parsed from memory.
 func open(dir string) (*state, map[string]*safetensors.File, error) {
-	data, err := readCapped(filepath.Join(dir, StateFile), maxStateSize)
+	data, err := capped.ReadFile(filepath.Join(dir, StateFile), maxStateSize)
 	if err != nil {
 		return nil, nil, wrapRead(dir, err)
 	}
@@ -83,7 +83,7 @@ func open(dir string) (*state, map[string]*safetensors.File, error) {
 	for _, name := range []string{AdaptersFile, OptimizerFile} {
 		want := st.Files[name]
 		path := filepath.Join(dir, name)
-		buf, err := readCapped(path, want.Size)
+		buf, err := capped.ReadFile(path, want.Size)
 		if err != nil {
 			return nil, nil, wrapRead(dir, err)
 		}
@@ -102,28 +102,11 @@ func open(dir string) (*state, map[string]*safetensors.File, error) {
 	return st, files, nil
 }
 
-// readCapped reads a file of at most limit bytes; a longer file is read as
-// limit+1 bytes, which the caller reports as the wrong size.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var buf bytes.Buffer
-	if fi, err := f.Stat(); err == nil && fi.Size() <= limit {
-		buf.Grow(int(fi.Size()))
-	}
-	if _, err := io.Copy(&buf, io.LimitReader(f, limit+1)); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// wrapRead marks a missing file as corruption (a folder without its files is a
-// damaged checkpoint) and passes other I/O errors on as they are.
+// wrapRead marks a missing file, or one larger than state.json allows, as
+// corruption (a folder without its files, or with overgrown ones, is a damaged
+// checkpoint) and passes other I/O errors on as they are.
 func wrapRead(dir string, err error) error {
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, capped.ErrTooLarge) {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, dir, err)
 	}
 	return fmt.Errorf("checkpoint: %w", err)
@@ -227,7 +210,7 @@ func Prune(runDir string, keep int) error {
 		}
 	}
 	if len(doomed) > 0 {
-		if err := safetensors.SyncDir(root); err != nil {
+		if err := atomicfile.SyncDir(root); err != nil {
 			errs = append(errs, err)
 		}
 	}
