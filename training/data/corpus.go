@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // Op is what happened to a document.
@@ -314,7 +315,8 @@ func (c *Corpus) removeUnder(rel string, self bool, keep map[string]bool) []Chan
 
 // updateFile re-reads one document; ok is false when nothing changed.
 func (c *Corpus) updateFile(abs, rel string) (ch Change, ok bool) {
-	raw, err := readCapped(abs, c.opt.MaxFileBytes)
+	raw, err := capped.ReadFile(abs, c.opt.MaxFileBytes)
+	err = withTooLarge(err)
 	if errors.Is(err, fs.ErrNotExist) { // gone since it was listed
 		if ch := c.removeUnder(rel, true, nil); len(ch) > 0 {
 			return ch[0], true
@@ -368,16 +370,4 @@ func (c *Corpus) skip(rel string, hash [sha256.Size]byte, err error) (Change, bo
 		return Change{}, false
 	}
 	return Change{Op: Skipped, Path: rel, Err: err}, true
-}
-
-func readCapped(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if info, err := f.Stat(); err == nil && info.Size() > max {
-		return nil, fmt.Errorf("%w: %d bytes, over the %d-byte cap", ErrTooLarge, info.Size(), max)
-	}
-	return io.ReadAll(&capReader{r: f, left: max, max: max})
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // Record is one parsed JSONL row, before tokenization.
@@ -254,13 +256,16 @@ func readJSONL(r io.Reader, name string, opt Options, rep *Report) (*Set, error)
 	}
 	opt.Limits = opt.Limits.withDefaults()
 	log := rep.file(name, opt.MaxIssues)
-	lr := newLineReader(&capReader{r: r, left: opt.MaxFileBytes, max: opt.MaxFileBytes}, opt.MaxLineBytes)
+	lr := newLineReader(capped.NewReader(r, opt.MaxFileBytes, name), opt.MaxLineBytes)
 	set := &Set{Path: name}
 	var p rowParser
 	for {
 		line, long, err := lr.next()
 		if err == io.EOF {
 			break
+		}
+		if errors.Is(err, capped.ErrTooLarge) {
+			return nil, withTooLarge(err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("data: %s: line %d: %w", name, lr.n+1, err)
@@ -307,16 +312,14 @@ func LoadJSONL(path string, opt Options) (*Set, *Report, error) {
 }
 
 func loadJSONL(path string, opt Options, rep *Report) (*Set, error) {
-	f, err := os.Open(path)
+	f, err := capped.Open(path, opt.Limits.withDefaults().MaxFileBytes) // refuses a file over the cap before reading a line
+	if errors.Is(err, capped.ErrTooLarge) {
+		return nil, withTooLarge(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
-	if info, err := f.Stat(); err == nil {
-		if max := opt.Limits.withDefaults().MaxFileBytes; info.Size() > max {
-			return nil, fmt.Errorf("%w: %s is %d bytes, over the %d-byte cap", ErrTooLarge, path, info.Size(), max)
-		}
-	}
 	return readJSONL(f, path, opt, rep)
 }
 

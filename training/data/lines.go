@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // lineReader yields a file's lines without their terminator (LF or CRLF) and
@@ -62,25 +64,12 @@ func (l *lineReader) next() (line []byte, long bool, err error) {
 	return line, long, nil
 }
 
-// capReader fails with ErrTooLarge once more than max bytes have been read,
-// so a file that grows while it is read cannot exceed its cap.
-type capReader struct {
-	r    io.Reader
-	left int64
-	max  int64
-}
-
-func (c *capReader) Read(p []byte) (int, error) {
-	if c.left < 0 {
-		return 0, fmt.Errorf("%w: over %d bytes", ErrTooLarge, c.max)
+// withTooLarge adds ErrTooLarge to an error from internal/capped that says a
+// file is over its cap (that error names the file and the sizes); any other
+// error is returned as it is.
+func withTooLarge(err error) error {
+	if errors.Is(err, capped.ErrTooLarge) {
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
-	if int64(len(p)) > c.left+1 {
-		p = p[:c.left+1]
-	}
-	n, err := c.r.Read(p)
-	c.left -= int64(n)
-	if c.left < 0 {
-		return n, fmt.Errorf("%w: over %d bytes", ErrTooLarge, c.max)
-	}
-	return n, err
+	return err
 }
