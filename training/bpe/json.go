@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/inloop/inloop/internal/atomicfile"
 )
 
 // ChatMLTemplate is a ChatML chat template (<|im_start|>role\n…<|im_end|>\n)
@@ -183,19 +184,13 @@ func (r *Result) TokenizerConfigJSON(chatTemplate string) []byte {
 }
 
 // WriteFiles writes tokenizer.json and tokenizer_config.json into dir, each
-// through a temporary file renamed into place.
+// replaced atomically (internal/atomicfile).
 func (r *Result) WriteFiles(dir, chatTemplate string) error {
 	for _, f := range []struct {
 		name string
 		data []byte
 	}{{"tokenizer.json", r.JSON()}, {"tokenizer_config.json", r.TokenizerConfigJSON(chatTemplate)}} {
-		path := filepath.Join(dir, f.name)
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, f.data, 0o644); err != nil {
-			return fmt.Errorf("bpe: %w", err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			os.Remove(tmp)
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
 			return fmt.Errorf("bpe: %w", err)
 		}
 	}
