@@ -3,9 +3,10 @@
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/inloop/inloop/app"
 )
 
-func main() { os.Exit(app.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(app.Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }

@@ -4,38 +4,60 @@
 package app
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu" // registers the "cpu" backend
 	_ "github.com/inloop/inloop/mlxbridge/mlx" // registers "mlx" where libmlxc loads
 )
 
+// env is what Run hands a command: the context that a signal cancels, and the
+// standard streams.
+type env struct {
+	ctx            context.Context
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
 // command is one headless job.
 type command struct {
 	name, summary string
-	run           func(args []string, stdout, stderr io.Writer) error
+	run           func(e *env, args []string) error
+	// ownSignals: the command handles Ctrl-C itself (chat stops a reply, not
+	// the program); for the others Ctrl-C and SIGTERM cancel the job.
+	ownSignals bool
 }
 
 var commands = map[string]command{}
 
 func register(c command) { commands[c.name] = c }
 
-// Main runs the command line; it returns the process exit code.
+// Main runs the command line with no input and no cancellation; it returns the
+// process exit code. Tests use it; the program uses Run.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return Run(context.Background(), args, strings.NewReader(""), stdout, stderr)
+}
+
+// Run runs the command line: ctx cancels the job (the program cancels it on
+// Ctrl-C), stdin feeds chat and prompts. It returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		// The window arrives with the ui package; until then the default job checks
 		// the machine and lets the embedded demo model speak.
-		if code := Main([]string{"doctor"}, stdout, stderr); code != 0 {
+		if code := Run(ctx, []string{"doctor"}, stdin, stdout, stderr); code != 0 {
 			return code
 		}
 		fmt.Fprintln(stdout, "\nThe bundled demo model continues \"A hacker is\":")
-		return Main([]string{"generate", "--model", "demo", "--raw", "--temp", "0", "--max-tokens", "40", "--prompt", "A hacker is"}, stdout, stderr)
+		return Run(ctx, []string{"generate", "--model", "demo", "--raw", "--temp", "0", "--max-tokens", "40", "--prompt", "A hacker is"}, stdin, stdout, stderr)
 	}
 	name := args[0]
 	if name == "-h" || name == "--help" || name == "help" {
@@ -48,7 +70,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	if err := c.run(args[1:], stdout, stderr); err != nil {
+	if !c.ownSignals {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	if err := c.run(&env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}, args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
@@ -79,21 +106,30 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// openBackend opens the backend named by --backend (auto|cpu|mlx).
-func openBackend(name string) (mx.Backend, error) {
-	b, err := mx.Open(name)
-	if err != nil {
-		return nil, err
+// openBackend opens the backend named by --backend (auto|cpu|mlx), for the
+// commands that need no workspace.
+func openBackend(name string) (mx.Backend, error) { return mx.Open(name) }
+
+// wsFlags are the flags of every command that works in a workspace.
+type wsFlags struct{ dataDir, backend *string }
+
+func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
+	return wsFlags{
+		dataDir: fs.String("data-dir", "", "Inloop's data directory (default $INLOOP_HOME or the user config dir)"),
+		backend: fs.String("backend", "auto", "compute backend: auto, cpu or mlx"),
 	}
-	mx.SetDefault(b)
-	return b, nil
+}
+
+func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
+	return Open(ctx, Options{DataDir: *f.dataDir, Backend: *f.backend})
 }
 
 func init() {
 	register(command{name: "doctor", summary: "report the compute backends and check that this machine computes correctly", run: doctor})
 }
 
-func doctor(args []string, stdout, stderr io.Writer) error {
+func doctor(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("doctor", stderr)
 	backend := fs.String("backend", "auto", "compute backend: auto, cpu or mlx")
 	if err := fs.Parse(args); err != nil {

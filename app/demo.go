@@ -79,7 +79,8 @@ const (
 	demoMinWord = 3 // a word is in words.txt when the corpus has it this often
 )
 
-func buildDemoCmd(args []string, stdout, stderr io.Writer) error {
+func buildDemoCmd(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("build-demo", stderr)
 	out := fs.String("out", "resources/demo", "folder to write the model into")
 	steps := fs.Int("steps", demoSteps, "optimizer updates")
@@ -349,22 +350,6 @@ func demoModelDir(dataDir string) (string, error) {
 	return dir, nil
 }
 
-// resolveModel turns the name "demo" into the extracted demo model's folder;
-// any other value is a folder already.
-func resolveModel(model string) (string, error) {
-	if model != DemoModelName {
-		return model, nil
-	}
-	if _, err := os.Stat(model); err == nil {
-		return model, nil // a folder named demo in the working directory wins
-	}
-	dataDir, err := DataDir("")
-	if err != nil {
-		return "", err
-	}
-	return demoModelDir(dataDir)
-}
-
 // fractionKnown is the share of text's words found in words.
 func fractionKnown(text string, words map[string]bool) (known, total int) {
 	for _, w := range corpusWords(text) {
@@ -377,17 +362,6 @@ func fractionKnown(text string, words map[string]bool) (known, total int) {
 		}
 	}
 	return
-}
-
-// loadNamedModel loads the model *model names, first turning the name "demo"
-// into the extracted demo model's folder (which *model then holds).
-func loadNamedModel(model *string, b mx.Backend) (*inference.Model, error) {
-	dir, err := resolveModel(*model)
-	if err != nil {
-		return nil, err
-	}
-	*model = dir
-	return inference.Load(dir, b)
 }
 
 // greedyText continues prompt greedily for at most n tokens and returns the

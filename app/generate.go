@@ -15,26 +15,28 @@ import (
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
 	"github.com/inloop/inloop/inference/tokenizer"
+	"github.com/inloop/inloop/store"
 )
 
 func init() {
 	register(command{name: "generate", summary: "generate text from a prompt with a model folder", run: generate})
-	register(command{name: "chat", summary: "chat with a model in the terminal", run: chatCmd})
+	register(command{name: "chat", summary: "chat with a model in the terminal", run: chatCmd, ownSignals: true})
 }
 
 // genFlags are the flags generate and chat share, named like mlx-lm's.
 type genFlags struct {
-	model, adapter, backend, system string
-	maxTokens, topK, seed, repWin   int
-	temp, topP, minP, repPenalty    float64
-	raw, stats                      bool
+	model, adapter, system        string
+	maxTokens, topK, seed, repWin int
+	temp, topP, minP, repPenalty  float64
+	raw, stats                    bool
+	ws                            wsFlags
 }
 
 func addGenFlags(fs *flag.FlagSet) *genFlags {
 	g := &genFlags{}
-	fs.StringVar(&g.model, "model", "", "model folder (Hugging Face layout: config.json, *.safetensors, tokenizer.json)")
+	fs.StringVar(&g.model, "model", "", "model: demo, a folder (Hugging Face layout), a pulled ORG/NAME or a remembered name")
 	fs.StringVar(&g.adapter, "adapter", "", "LoRA adapter folder (mlx-lm layout: adapter_config.json, adapters.safetensors)")
-	fs.StringVar(&g.backend, "backend", "auto", "compute backend: auto, cpu or mlx")
+	g.ws = addWorkspaceFlags(fs)
 	fs.StringVar(&g.system, "system", "", "system prompt")
 	fs.IntVar(&g.maxTokens, "max-tokens", 256, "most tokens to generate")
 	fs.Float64Var(&g.temp, "temp", 0.7, "sampling temperature; 0 is greedy")
@@ -59,18 +61,15 @@ type runner struct {
 	opts  inference.GenerateOptions
 }
 
-func loadRunner(g *genFlags, stderr io.Writer) (*runner, error) {
+func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer) (*runner, error) {
 	if g.model == "" {
 		return nil, errors.New("--model is required")
 	}
-	b, err := openBackend(g.backend)
+	m, info, err := w.LoadModel(ctx, g.model)
 	if err != nil {
 		return nil, err
 	}
-	m, err := loadNamedModel(&g.model, b) // "demo" is the bundled demo model
-	if err != nil {
-		return nil, err
-	}
+	g.model = info.Path
 	for _, w := range m.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
@@ -171,7 +170,8 @@ func printStats(w io.Writer, st inference.Stats) {
 		float64(st.KVBytes)/(1<<20), float64(st.PeakMemory)/(1<<20), st.StopReason)
 }
 
-func generate(args []string, stdout, stderr io.Writer) error {
+func generate(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("generate", stderr)
 	g := addGenFlags(fs)
 	text := fs.String("prompt", "", "the prompt; - reads it from standard input")
@@ -179,7 +179,7 @@ func generate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *text == "-" {
-		b, err := io.ReadAll(os.Stdin)
+		b, err := io.ReadAll(e.stdin)
 		if err != nil {
 			return err
 		}
@@ -188,7 +188,12 @@ func generate(args []string, stdout, stderr io.Writer) error {
 	if *text == "" {
 		return errors.New("--prompt is required")
 	}
-	r, err := loadRunner(g, stderr)
+	w, err := g.ws.open(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	r, err := loadRunner(e.ctx, w, g, stderr)
 	if err != nil {
 		return err
 	}
@@ -200,9 +205,7 @@ func generate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	_, st, err := r.reply(ctx, inference.NewSession(r.model), ids, stdout)
+	_, st, err := r.reply(e.ctx, inference.NewSession(r.model), ids, stdout)
 	fmt.Fprintln(stdout)
 	if g.stats {
 		printStats(stderr, st)
@@ -213,13 +216,24 @@ func generate(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func chatCmd(args []string, stdout, stderr io.Writer) error {
+func chatCmd(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("chat", stderr)
 	g := addGenFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	r, err := loadRunner(g, stderr)
+	w, err := g.ws.open(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	modelName := g.model
+	r, err := loadRunner(e.ctx, w, g, stderr)
+	if err != nil {
+		return err
+	}
+	chatID, err := w.Store.CreateChat(e.ctx, store.Chat{Title: "terminal chat", Model: modelName})
 	if err != nil {
 		return err
 	}
@@ -230,7 +244,7 @@ func chatCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	start := len(msgs)
 	fmt.Fprintln(stdout, "Chatting with", g.model, "— /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops a reply.")
-	in := bufio.NewScanner(os.Stdin)
+	in := bufio.NewScanner(e.stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	for {
 		fmt.Fprint(stdout, "\n> ")
@@ -255,13 +269,16 @@ func chatCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		ctx, stop := signal.NotifyContext(e.ctx, os.Interrupt) // Ctrl-C stops this reply only
 		text, st, err := r.reply(ctx, sess, ids, stdout)
 		stop()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		msgs = append(msgs, chat.Message{Role: "assistant", Content: text})
+		if err := w.saveTurn(e.ctx, chatID, line, text, st); err != nil {
+			return err
+		}
 		if g.stats {
 			printStats(stderr, st)
 		}

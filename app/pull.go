@@ -1,13 +1,8 @@
 package app
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"time"
 
 	"github.com/inloop/inloop/inference/hub"
 )
@@ -16,9 +11,10 @@ func init() {
 	register(command{name: "pull", summary: "download a model from Hugging Face (the only command that uses the network)", run: pull})
 }
 
-func pull(args []string, stdout, stderr io.Writer) error {
+func pull(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("pull", stderr)
-	dataDir := fs.String("data-dir", "", "Inloop's data directory (default $INLOOP_HOME or the user config dir)")
+	wf := addWorkspaceFlags(fs)
 	dest := fs.String("dir", "", "destination folder (default <data-dir>/models/ORG--NAME)")
 	endpoint := fs.String("endpoint", "", "hub URL (default $HF_ENDPOINT or "+hub.DefaultEndpoint+")")
 	revision := fs.String("revision", "main", "branch, tag or commit")
@@ -37,35 +33,25 @@ func pull(args []string, stdout, stderr io.Writer) error {
 	if err := hub.ValidateRepo(repo); err != nil {
 		return err
 	}
-	dir := *dest
-	if dir == "" {
-		dd, err := DataDir(*dataDir)
-		if err != nil {
-			return err
-		}
-		dir = modelDir(dd, repo)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	var last time.Time
-	err := hub.Pull(ctx, hub.PullOptions{
-		Endpoint: *endpoint, Repo: repo, Revision: *revision, Dir: dir, Token: os.Getenv("HF_TOKEN"),
-		Progress: func(file string, done, total int64) {
-			if now := time.Now(); now.Sub(last) > 500*time.Millisecond || done == total {
-				last = now
-				fmt.Fprintf(stdout, "\r%-48s %8.1f / %.1f MB", file, float64(done)/1e6, float64(total)/1e6)
-				if done == total {
-					fmt.Fprintln(stdout)
-				}
-			}
-		},
-	})
+	w, err := wf.open(e.ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted; run the same command again to resume: %w", err)
+		return err
+	}
+	defer w.Close()
+	job, err := w.StartPull(e.ctx, PullSpec{Repo: repo, Revision: *revision, Endpoint: *endpoint, Dir: *dest})
+	if err != nil {
+		return err
+	}
+	for p := range job.Events {
+		printProgress(stdout, stderr, p)
+	}
+	if err := job.Wait(); err != nil {
+		if e.ctx.Err() != nil {
+			return fmt.Errorf("interrupted; run the same command again (or inloop runs resume %d) to resume: %w", job.RunID, err)
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "%s is in %s\n", repo, dir)
+	r, _ := w.Store.Run(e.ctx, job.RunID)
+	fmt.Fprintf(stdout, "%s is in %s\n", repo, r.Output)
 	return nil
 }

@@ -1,14 +1,13 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
 	"github.com/inloop/inloop/inference"
-	"github.com/inloop/inloop/inference/tokenizer"
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
@@ -20,59 +19,55 @@ func init() {
 // English prose, so the before/after comparison means something for any model.
 const sampleText = `It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, it was the season of Darkness, it was the spring of hope, it was the winter of despair, we had everything before us, we had nothing before us, we were all going direct to Heaven, we were all going direct the other way.`
 
-func quantizeCmd(args []string, stdout, stderr io.Writer) error {
+func quantizeCmd(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("quantize", stderr)
-	src := fs.String("model", "", "model folder to quantize")
-	out := fs.String("out", "", "folder to write (must not exist)")
+	src := fs.String("model", "", "model to quantize: demo, a folder, a pulled ORG/NAME or a remembered name")
+	out := fs.String("out", "", "folder to write (must not exist; default models/NAME-BITSbit under the data directory)")
 	bits := fs.Int("bits", 4, "bits per weight: 2, 3, 4, 5, 6 or 8")
 	group := fs.Int("group-size", 64, "weights per scale and bias: 32, 64 or 128")
 	textFile := fs.String("text", "", "text file for the perplexity check (default: a built-in English paragraph)")
 	window := fs.Int("window", 512, "perplexity context window in tokens")
-	backend := fs.String("backend", "auto", "compute backend for the perplexity check: auto, cpu or mlx")
+	wf := addWorkspaceFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *src == "" || *out == "" {
-		return errors.New("--model and --out are required")
+	if *src == "" {
+		return errors.New("--model is required")
 	}
-	text := sampleText
+	spec := QuantizeSpec{Model: *src, Out: *out, Bits: *bits, GroupSize: *group, Window: *window}
 	if *textFile != "" {
 		b, err := os.ReadFile(*textFile)
 		if err != nil {
 			return err
 		}
-		text = string(b)
+		spec.Text = string(b)
 	}
-	b, err := openBackend(*backend)
+	w, err := wf.open(e.ctx)
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(*src)
+	defer w.Close()
+	job, err := w.StartQuantize(e.ctx, spec)
 	if err != nil {
 		return err
 	}
-	ids, err := tok.Encode(text, true)
-	if err != nil {
+	for p := range job.Events {
+		printProgress(stdout, stderr, p)
+	}
+	if err := job.Wait(); err != nil {
 		return err
 	}
-	before, err := perplexityOf(*src, b, ids, *window)
-	if err != nil {
-		return fmt.Errorf("perplexity before: %w", err)
-	}
-	rep, err := inference.QuantizeModel(*src, *out, *bits, *group)
-	if err != nil {
+	var r QuantizeResult
+	if err := json.Unmarshal(job.Result(), &r); err != nil {
 		return err
-	}
-	after, err := perplexityOf(*out, b, ids, *window)
-	if err != nil {
-		return fmt.Errorf("perplexity after: %w", err)
 	}
 	fmt.Fprintf(stdout, "quantized %d modules to %d-bit (group %d), left %d dense, in %s\n",
-		len(rep.Quantized), rep.Bits, rep.GroupSize, len(rep.Skipped), rep.Duration.Round(time.Millisecond))
+		r.Quantized, *bits, *group, r.Skipped, (time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "size:       %8.1f MB -> %8.1f MB (%.2fx smaller)\n",
-		float64(rep.BytesBefore)/1e6, float64(rep.BytesAfter)/1e6, float64(rep.BytesBefore)/float64(max(rep.BytesAfter, 1)))
-	fmt.Fprintf(stdout, "perplexity: %8.3f    -> %8.3f    (%+.2f%%, %d tokens)\n", before, after, 100*(after/before-1), len(ids))
-	fmt.Fprintf(stdout, "written to %s\n", *out)
+		float64(r.BytesBefore)/1e6, float64(r.BytesAfter)/1e6, float64(r.BytesBefore)/float64(max(r.BytesAfter, 1)))
+	fmt.Fprintf(stdout, "perplexity: %8.3f    -> %8.3f    (%+.2f%%, %d tokens)\n", r.PerplexityBefore, r.PerplexityAfter, 100*(r.PerplexityAfter/r.PerplexityBefore-1), r.Tokens)
+	fmt.Fprintf(stdout, "written to %s\n", r.Out)
 	return nil
 }
 

@@ -1,16 +1,15 @@
 package app
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/inloop/inloop/inference"
@@ -26,26 +25,36 @@ func init() {
 // modelSideFiles are copied from the base model folder into a fused one.
 var modelSideFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"}
 
-func fuseCmd(args []string, stdout, stderr io.Writer) error {
+func fuseCmd(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("fuse", stderr)
-	model := fs.String("model", "", "base model folder")
-	adapter := fs.String("adapter-path", trainer.DefaultAdapterPath, "adapter folder (mlx-lm layout)")
+	model := fs.String("model", "", "base model: demo, a folder, a pulled ORG/NAME or a remembered name")
+	adapter := fs.String("adapter-path", "", "adapter folder (mlx-lm layout); default: the model's newest adapter")
 	save := fs.String("save-path", "fused_model", "folder to write the fused model to")
 	dequantize := fs.Bool("dequantize", false, "leave fused layers of a quantized model dense instead of quantizing them again")
-	backend := fs.String("backend", "auto", "compute backend: auto, cpu or mlx")
+	wf := addWorkspaceFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *model == "" {
 		return errors.New("--model is required")
 	}
-	b, err := openBackend(*backend)
+	w, err := wf.open(e.ctx)
 	if err != nil {
 		return err
 	}
-	m, err := inference.Load(*model, b)
+	defer w.Close()
+	m, info, err := w.LoadModel(e.ctx, *model)
 	if err != nil {
 		return err
+	}
+	*model = info.Path
+	if *adapter == "" {
+		a, err := w.Store.LatestAdapter(e.ctx, info.Name)
+		if err != nil {
+			return fmt.Errorf("model %s has no adapter yet; name one with --adapter-path: %w", info.Name, err)
+		}
+		*adapter = a.Path
 	}
 	if _, err := inference.LoadAdapter(m, *adapter); err != nil {
 		return err
@@ -88,19 +97,23 @@ func fuseCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if _, err := w.RegisterModel(e.ctx, *save, "", "fused"); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "Fused %d adapted layers; model written to %s\n", len(paths), *save)
 	return nil
 }
 
-func trainCmd(args []string, stdout, stderr io.Writer) error {
+func trainCmd(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("train", stderr)
 	var c trainer.Config
 	var keys, fineTune string
 	var seed int64
-	fs.StringVar(&c.Model, "model", "", "model folder (a quantized one trains QLoRA)")
+	fs.StringVar(&c.Model, "model", "", "model: demo, a folder, a pulled ORG/NAME or a remembered name (a quantized one trains QLoRA)")
 	fs.StringVar(&c.Data, "data", "", "a JSONL file, a folder with train.jsonl/valid.jsonl/test.jsonl, or a folder of documents")
-	fs.StringVar(&c.AdapterPath, "adapter-path", trainer.DefaultAdapterPath, "folder for the adapter (mlx-lm layout) and its checkpoints")
-	fs.StringVar(&c.Backend, "backend", "auto", "compute backend: auto, cpu or mlx")
+	fs.StringVar(&c.AdapterPath, "adapter-path", "", "folder for the adapter (mlx-lm layout) and its checkpoints (default: adapters/MODEL-TIME under the data directory)")
+	wf := addWorkspaceFlags(fs)
 	fs.StringVar(&fineTune, "fine-tune-type", "lora", "only lora (QLoRA is lora on a quantized model)")
 	fs.IntVar(&c.Iters, "iters", trainer.DefaultIters, "optimizer updates")
 	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the training set; when set it replaces --iters")
@@ -146,46 +159,61 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	c.Seed = uint64(seed)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	events := make(chan trainer.Event, 16)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range events {
-			printEvent(stdout, stderr, ev)
-		}
-	}()
-	res, err := trainer.Train(ctx, c, events)
-	<-done
+	w, err := wf.open(e.ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Trained %d steps in %s; adapter saved to %s\n", res.Steps, res.Duration.Round(time.Millisecond), res.AdapterPath)
+	defer w.Close()
+	job, err := w.StartTrain(e.ctx, TrainSpec{Config: c})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Run %d: training %s\n", job.RunID, c.Model)
+	for p := range job.Events {
+		printProgress(stdout, stderr, p)
+	}
+	if err := job.Wait(); err != nil {
+		if e.ctx.Err() != nil {
+			return fmt.Errorf("%w\nContinue with: inloop runs resume %d", err, job.RunID)
+		}
+		return err
+	}
+	var res struct {
+		Steps   int     `json:"steps"`
+		Seconds float64 `json:"seconds"`
+		Adapter string  `json:"adapter"`
+	}
+	_ = json.Unmarshal(job.Result(), &res)
+	fmt.Fprintf(stdout, "Trained %d steps in %s; adapter saved to %s\n", res.Steps, (time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), res.Adapter)
 	return nil
 }
 
-// printEvent writes one progress line, in mlx-lm's wording where it has one.
-func printEvent(stdout, stderr io.Writer, ev trainer.Event) {
-	switch ev.Kind {
-	case trainer.EventInfo:
-		fmt.Fprintln(stdout, ev.Message)
-	case trainer.EventWarning:
-		fmt.Fprintln(stderr, "warning:", ev.Message)
-	case trainer.EventTrain:
-		line := fmt.Sprintf("Iter %d: Train loss %.3f, Learning Rate %.3e, Tokens/sec %.1f, Trained Tokens %d", ev.Step, ev.Loss, ev.LR, ev.TokensPerSec, ev.Tokens)
-		if ev.PeakMemory > 0 {
-			line += fmt.Sprintf(", Peak mem %.3f GB", float64(ev.PeakMemory)/1e9)
+// printProgress writes one progress line, in mlx-lm's wording where it has one.
+func printProgress(stdout, stderr io.Writer, p Progress) {
+	switch p.Phase {
+	case PhaseInfo:
+		fmt.Fprintln(stdout, p.Message)
+	case PhaseWarning:
+		fmt.Fprintln(stderr, "warning:", p.Message)
+	case PhaseTrain:
+		line := fmt.Sprintf("Iter %d: Train loss %.3f, Learning Rate %.3e, Tokens/sec %.1f, Trained Tokens %d", p.Step, p.Loss, p.LR, p.TokensPerSec, p.Tokens)
+		if p.PeakMemory > 0 {
+			line += fmt.Sprintf(", Peak mem %.3f GB", float64(p.PeakMemory)/1e9)
 		}
-		if ev.Step < ev.Iters {
-			line += ", ETA " + ev.ETA.Round(time.Second).String()
+		if p.Step < p.Steps {
+			line += ", ETA " + p.ETA.Round(time.Second).String()
 		}
 		fmt.Fprintln(stdout, line)
-	case trainer.EventVal:
-		fmt.Fprintf(stdout, "Iter %d: Val loss %.3f\n", ev.Step, ev.ValLoss)
-	case trainer.EventCheckpoint:
-		fmt.Fprintf(stdout, "Iter %d: Saved checkpoint to %s\n", ev.Step, ev.Path)
-	case trainer.EventTest:
-		fmt.Fprintf(stdout, "Test loss %.3f, Test ppl %.3f.\n", ev.TestLoss, ev.TestPerplexity)
+	case PhaseVal:
+		fmt.Fprintf(stdout, "Iter %d: Val loss %.3f\n", p.Step, p.ValLoss)
+	case PhaseCheckpoint:
+		fmt.Fprintf(stdout, "Iter %d: Saved checkpoint to %s\n", p.Step, p.Path)
+	case PhaseTest:
+		fmt.Fprintf(stdout, "Test loss %.3f, Test ppl %.3f.\n", p.TestLoss, math.Exp(p.TestLoss))
+	case PhaseDownload:
+		fmt.Fprintf(stdout, "\r%-48s %8.1f / %.1f MB", p.File, float64(p.Done)/1e6, float64(p.Total)/1e6)
+		if p.Done == p.Total {
+			fmt.Fprintln(stdout)
+		}
 	}
 }

@@ -1,0 +1,165 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/hub"
+	"github.com/inloop/inloop/store"
+)
+
+// The model registry. A name resolves the same way in every command and screen:
+//
+//   - "demo" is the bundled demo model, always there;
+//   - a name or path the store remembers (pulled, opened, quantized or fused before);
+//   - "ORG/NAME" pulled into the data directory;
+//   - any other existing model folder, remembered from then on.
+
+// ErrUnknownModel is returned (wrapped) for a name that resolves to nothing.
+var ErrUnknownModel = errors.New("unknown model")
+
+// registerDemo extracts the bundled demo model (once per build) and records it.
+func (w *Workspace) registerDemo(ctx context.Context) (store.Model, error) {
+	dir, err := demoModelDir(w.Dir)
+	if err != nil {
+		return store.Model{}, err
+	}
+	return w.RegisterModel(ctx, dir, DemoModelName, "demo")
+}
+
+// RegisterModel records the model folder dir under name (its folder name when
+// empty), described from its config.json and weight files.
+func (w *Workspace) RegisterModel(ctx context.Context, dir, name, source string) (store.Model, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return store.Model{}, err
+	}
+	cfg, err := inference.ReadConfig(abs)
+	if err != nil {
+		return store.Model{}, fmt.Errorf("%s is not a model folder: %w", dir, err)
+	}
+	if name == "" {
+		name = w.freeName(ctx, filepath.Base(abs), abs)
+	}
+	m := store.Model{Name: name, Path: abs, Architecture: cfg.ModelType, Params: configParams(cfg), Bytes: weightFileBytes(abs), Source: source}
+	if cfg.Quantization != nil {
+		m.Bits = cfg.Quantization.Bits
+	}
+	return w.Store.UpsertModel(ctx, m)
+}
+
+// freeName is base, or base-2, base-3, ... where another folder has the name;
+// a folder registered before keeps its name.
+func (w *Workspace) freeName(ctx context.Context, base, path string) string {
+	if prev, err := w.Store.ModelByPath(ctx, path); err == nil {
+		return prev.Name
+	}
+	name := base
+	for i := 2; ; i++ {
+		m, err := w.Store.ModelByName(ctx, name)
+		if err != nil || m.Path == path {
+			return name
+		}
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+}
+
+// Models lists the models the workspace knows, the demo model among them.
+func (w *Workspace) Models(ctx context.Context) ([]store.Model, error) {
+	return w.Store.Models(ctx)
+}
+
+// ResolveModel turns what a user typed into a registered model (see the rules
+// above) and marks it used.
+func (w *Workspace) ResolveModel(ctx context.Context, name string) (store.Model, error) {
+	if name == "" {
+		return store.Model{}, fmt.Errorf("%w: no model named", ErrUnknownModel)
+	}
+	m, err := w.resolve(ctx, name)
+	if err != nil {
+		return store.Model{}, err
+	}
+	if _, err := os.Stat(filepath.Join(m.Path, "config.json")); err != nil {
+		return store.Model{}, fmt.Errorf("model %q: its folder %s is gone or incomplete: %w", name, m.Path, err)
+	}
+	_ = w.Store.TouchModel(ctx, m.ID)
+	return m, nil
+}
+
+func (w *Workspace) resolve(ctx context.Context, name string) (store.Model, error) {
+	if name == DemoModelName {
+		if st, err := os.Stat(name); err != nil || !st.IsDir() { // a folder named demo here wins
+			return w.registerDemo(ctx)
+		}
+	}
+	if isDir(name) {
+		abs, _ := filepath.Abs(name)
+		if m, err := w.Store.ModelByPath(ctx, abs); err == nil {
+			return m, nil
+		}
+		return w.RegisterModel(ctx, name, "", "folder")
+	}
+	if m, err := w.Store.ModelByName(ctx, name); err == nil {
+		return m, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return store.Model{}, err
+	}
+	if hub.ValidateRepo(name) == nil {
+		if dir := modelDir(w.Dir, name); isDir(dir) {
+			return w.RegisterModel(ctx, dir, name, "pulled")
+		}
+		return store.Model{}, fmt.Errorf("%w %q: not downloaded yet (inloop pull %s)", ErrUnknownModel, name, name)
+	}
+	return store.Model{}, fmt.Errorf("%w %q: not a model folder, a pulled ORG/NAME or a remembered name", ErrUnknownModel, name)
+}
+
+// LoadModel resolves name and loads the model on the workspace's backend.
+func (w *Workspace) LoadModel(ctx context.Context, name string) (*inference.Model, store.Model, error) {
+	info, err := w.ResolveModel(ctx, name)
+	if err != nil {
+		return nil, info, err
+	}
+	m, err := inference.Load(info.Path, w.Backend)
+	return m, info, err
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// weightFileBytes is the size of a folder's safetensors files.
+func weightFileBytes(dir string) int64 {
+	var n int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+	}
+	return n
+}
+
+// configParams counts a decoder's parameters from its config: embeddings,
+// attention and MLP projections, norms, and an untied output head.
+func configParams(c inference.Config) int64 {
+	h, inter, v := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.VocabSize)
+	hd := int64(c.HeadDim)
+	if hd == 0 && c.NumAttentionHeads > 0 {
+		hd = h / int64(c.NumAttentionHeads)
+	}
+	q, kv := int64(c.NumAttentionHeads)*hd, int64(c.NumKeyValueHeads)*hd
+	layer := h*q + 2*h*kv + q*h + 3*h*inter + 2*h
+	n := v*h + int64(c.NumHiddenLayers)*layer + h
+	if !c.TieWordEmbeddings {
+		n += v * h
+	}
+	return n
+}
