@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // Size caps for the files read from a model folder; model folders are
@@ -50,7 +51,7 @@ func LoadTemplate(dir string) (*Template, error) {
 	files := map[string]string{}   // template name -> file it came from
 
 	tcPath := filepath.Join(dir, "tokenizer_config.json")
-	tc, err := readCapped(tcPath, maxTokenizerConfigBytes)
+	tc, err := capped.ReadFile(tcPath, maxTokenizerConfigBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -67,14 +68,14 @@ func LoadTemplate(dir string) (*Template, error) {
 	// transformers saves templates as files now, and a file wins over the
 	// copy in tokenizer_config.json.
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	if src, err := readCapped(jinjaPath, maxTemplateBytes); err == nil {
+	if src, err := capped.ReadFile(jinjaPath, maxTemplateBytes); err == nil {
 		sources["default"], files["default"] = string(src), jinjaPath
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("chat: %w", err)
 	} else if len(sources) == 0 {
 		// Processor folders keep {"chat_template": "..."} in chat_template.json.
 		ctPath := filepath.Join(dir, "chat_template.json")
-		if data, err := readCapped(ctPath, maxTemplateBytes); err == nil {
+		if data, err := capped.ReadFile(ctPath, maxTemplateBytes); err == nil {
 			var ct struct {
 				ChatTemplate string `json:"chat_template"`
 			}
@@ -94,7 +95,7 @@ func LoadTemplate(dir string) (*Template, error) {
 
 	for _, name := range []string{"generation_config.json", "config.json"} {
 		p := filepath.Join(dir, name)
-		data, err := readCapped(p, maxSmallConfigBytes)
+		data, err := capped.ReadFile(p, maxSmallConfigBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -296,28 +297,11 @@ func readExtraTemplates(dir string, sources, files map[string]string) error {
 			return fmt.Errorf("%s: more than %d templates", dir, maxExtraTemplates)
 		}
 		p := filepath.Join(dir, e.Name())
-		src, err := readCapped(p, maxTemplateBytes)
+		src, err := capped.ReadFile(p, maxTemplateBytes)
 		if err != nil {
 			return err
 		}
 		sources[name], files[name] = string(src), p
 	}
 	return nil
-}
-
-// readCapped reads a whole file, refusing one larger than limit bytes.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: larger than the %d bytes allowed", path, limit)
-	}
-	return data, nil
 }

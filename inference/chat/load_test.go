@@ -3,6 +3,7 @@ package chat
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,7 +160,7 @@ func TestLoadErrors(t *testing.T) {
 		{"token of the wrong type", map[string]string{"tokenizer_config.json": `{"eos_token": 3}`}, "eos_token"},
 		{"unnamed template", map[string]string{"tokenizer_config.json": `{"chat_template": [{"template": "x"}]}`}, "no name"},
 		{"no default among several", map[string]string{"tokenizer_config.json": `{"chat_template": [{"name": "a", "template": "x"}, {"name": "b", "template": "y"}]}`}, `none named "default"`},
-		{"template too large", map[string]string{"chat_template.jinja": big}, "larger than"},
+		{"template too large", map[string]string{"chat_template.jinja": big}, fmt.Sprintf("%d bytes, over the %d-byte limit", len(big), maxTemplateBytes)},
 		{"template too large in config", map[string]string{"tokenizer_config.json": mustJSON(t, map[string]string{"chat_template": big})}, "more than"},
 		{"bad eos ids", map[string]string{"generation_config.json": `{"eos_token_id": "x"}`}, "eos_token_id"},
 		{"syntax error", map[string]string{"tokenizer_config.json": `{"chat_template": "{% for m in messages %}x"}`}, `chat template "default"`},

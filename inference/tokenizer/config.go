@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // Load reads a model folder's tokenizer.json and, where present,
@@ -39,21 +39,14 @@ func Load(dir string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// readCapped reads a file of at most limit bytes.
+// readCapped reads a file of at most limit bytes; one over it is an error
+// matching both ErrTooLarge and capped.ErrTooLarge, naming the file and sizes.
 func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	data, err := capped.ReadFile(path, limit)
+	if errors.Is(err, capped.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, filepath.Base(path), limit)
-	}
-	return data, nil
+	return data, err
 }
 
 // tokenizerConfig holds what tokenizer_config.json says about special tokens.
