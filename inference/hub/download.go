@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inloop/inloop/internal/atomicfile"
 )
 
 const partSuffix = ".part"
@@ -65,7 +67,7 @@ func (p *puller) fetch(ctx context.Context, root *os.Root, f File) error {
 	if err := root.Rename(part, f.Path); err != nil {
 		return fmt.Errorf("hub: %s: %w", f.Path, err)
 	}
-	syncDir(root, path.Dir(f.Path))
+	_ = atomicfile.SyncDirIn(root, path.Dir(f.Path)) // best effort: the file is complete and verified
 	return nil
 }
 
@@ -260,14 +262,4 @@ func verify(root *os.Root, name string, f File) error {
 		return fmt.Errorf("hub: %s: hash %s, want %s: %w", f.Path, got, want, ErrChecksum)
 	}
 	return nil
-}
-
-// syncDir makes a rename durable where the platform allows it.
-func syncDir(root *os.Root, dir string) {
-	d, err := root.Open(dir)
-	if err != nil {
-		return
-	}
-	defer d.Close()
-	_ = d.Sync() // not every platform can sync a directory
 }

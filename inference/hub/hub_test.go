@@ -365,7 +365,7 @@ func TestListingLimitsAndPagination(t *testing.T) {
 	h.nextPage = ""
 	defer func(n int64) { maxListingBytes = n }(maxListingBytes)
 	maxListingBytes = 64
-	if _, err := List(context.Background(), h.opts("")); err == nil || !strings.Contains(err.Error(), "larger than") {
+	if _, err := List(context.Background(), h.opts("")); err == nil || !strings.Contains(err.Error(), "file list: more than the 64-byte limit") {
 		t.Errorf("got %v, want the listing size cap", err)
 	}
 }

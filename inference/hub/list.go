@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/inloop/inloop/internal/capped"
 )
 
 // treeEntry is one element of GET /api/models/{repo}/tree/{revision}.
@@ -88,12 +90,12 @@ func (p *puller) listPage(ctx context.Context, u string) ([]treeEntry, string, e
 	if resp.StatusCode != http.StatusOK {
 		return nil, "", p.httpError(resp, "")
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxListingBytes+1))
+	body, err := capped.ReadAll(resp.Body, maxListingBytes, "file list")
+	if errors.Is(err, capped.ErrTooLarge) {
+		return nil, "", fmt.Errorf("hub: %s: %w", p.repo, err)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("hub: %s: file list: %w", p.repo, err)
-	}
-	if int64(len(body)) > maxListingBytes {
-		return nil, "", fmt.Errorf("hub: %s: file list larger than %d bytes", p.repo, maxListingBytes)
 	}
 	var entries []treeEntry
 	if err := json.Unmarshal(body, &entries); err != nil {

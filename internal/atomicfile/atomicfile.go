@@ -82,9 +82,26 @@ func SyncDir(dir string) error {
 	if err != nil {
 		return err
 	}
+	return syncClose(d)
+}
+
+// SyncDirIn is SyncDir for a folder named relative to root, for callers that
+// keep every file operation inside an os.Root.
+func SyncDirIn(root *os.Root, dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := root.Open(dir)
+	if err != nil {
+		return err
+	}
+	return syncClose(d)
+}
+
+func syncClose(d *os.File) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return err // a *PathError naming dir
+		return err // a *PathError naming the folder
 	}
 	return nil
 }

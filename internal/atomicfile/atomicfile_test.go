@@ -93,6 +93,21 @@ func TestSyncDir(t *testing.T) {
 	if err := SyncDir(filepath.Join(t.TempDir(), "absent")); runtime.GOOS != "windows" && !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("got %v, want os.ErrNotExist", err)
 	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := SyncDirIn(root, "sub"); err != nil {
+		t.Error(err)
+	}
+	if err := SyncDirIn(root, "../"); runtime.GOOS != "windows" && err == nil {
+		t.Error("SyncDirIn reached outside its root")
+	}
 }
 
 // assertOnly fails unless dir holds exactly the named entries: no temporary
