@@ -37,6 +37,7 @@ type Stats struct {
 	DecodeTPS        float64       // decode forward passes per second
 	PeakMemory       int64         // bytes, as the backend reports them (0 where it cannot)
 	KVBytes          int64         // the cache's size at the end
+	AdapterVersion   uint64        // the model's adapter version the last token was computed with
 	StopReason       string
 }
 
@@ -44,7 +45,9 @@ type Stats struct {
 // step per token, until a stop token, emit returning true, MaxTokens, the model's
 // context limit, or ctx's cancellation (then it returns ctx.Err() with the stats so
 // far). The session keeps the prompt and every emitted token but the last, ready for
-// the next turn's Prefill to reuse.
+// the next turn's Prefill to reuse. Each forward holds the model's adapter read lock,
+// so adapters may change between two decode steps, never during one; the step after
+// a change recomputes the context with the new adapters.
 func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOptions, emit func(token int) (stop bool)) (st Stats, err error) {
 	st.PromptTokens = len(prompt)
 	sampler, err := NewSampler(opts.Sampling)
@@ -57,7 +60,7 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 			st.PeakMemory = max(st.PeakMemory, p)
 		}
 	}
-	defer func() { st.KVBytes = sess.cache.Bytes() }()
+	defer func() { st.KVBytes, st.AdapterVersion = sess.cache.Bytes(), sess.version }()
 	if err := ctx.Err(); err != nil {
 		st.StopReason = StopCancelled
 		return st, err

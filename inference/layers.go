@@ -23,7 +23,9 @@ type Linear struct {
 
 	GroupSize, Bits int
 
-	LoRA *LoRA // an adapter beside the frozen weight, or nil (lora.go)
+	// adapters are the updates of the model's adapter stack for this layer, bottom
+	// first (adapter.go); the model rewrites the list under its write lock.
+	adapters []*LoRA
 }
 
 func (l *Linear) quantized() bool { return l.Scales != nil }
@@ -39,8 +41,8 @@ func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	if l.Bias != nil {
 		y = mx.Add(y, l.Bias)
 	}
-	if l.LoRA != nil {
-		y = mx.Add(y, l.LoRA.Forward(x))
+	for _, lo := range l.adapters {
+		y = mx.Add(y, lo.Forward(x))
 	}
 	return y
 }

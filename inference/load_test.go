@@ -169,26 +169,29 @@ func TestGradientThroughModel(t *testing.T) {
 func TestWithParamsKeepsAdapters(t *testing.T) {
 	b := cpu(t)
 	m := NewRandom(tinyConfig("llama"), 14, b)
-	lora := &LoRA{A: mx.Zeros(32, 2), B: mx.Zeros(2, 64), Scale: 1}
-	m.Linears(func(path string, l *Linear) {
-		if path == "model.layers.1.self_attn.q_proj" {
-			l.LoRA = lora
-		}
-	})
+	const path = "model.layers.1.self_attn.q_proj"
+	a := NewAdapter("test", map[string]LoRA{path: {A: mx.Zeros(32, 2), B: mx.Zeros(2, 64), Scale: 1}})
+	v, err := m.PushAdapter(a)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cp, err := m.WithParams(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := cp.Adapters(); len(got) != 1 || got[0] != a || cp.AdapterVersion() != v {
+		t.Errorf("after WithParams: adapters %v at version %d, want [%p] at %d", got, cp.AdapterVersion(), a, v)
+	}
 	n := 0
-	cp.Linears(func(path string, l *Linear) {
-		if l.LoRA != nil {
+	cp.Linears(func(p string, l *Linear) {
+		if len(l.adapters) != 0 {
 			n++
-			if path != "model.layers.1.self_attn.q_proj" || l.LoRA != lora {
-				t.Errorf("adapter on %s", path)
+			if p != path {
+				t.Errorf("adapter on %s", p)
 			}
 		}
 	})
 	if n != 1 {
-		t.Errorf("%d adapters after WithParams, want 1", n)
+		t.Errorf("%d adapted layers after WithParams, want 1", n)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
-	"sort"
-	"strings"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
@@ -63,49 +61,58 @@ type AdapterConfig struct {
 // maxAdapterConfig caps adapter_config.json; real ones are a few hundred bytes.
 const maxAdapterConfig = 1 << 20
 
-// LoadAdapter attaches the LoRA adapter in dir (mlx-lm's layout: adapter_config.json
-// and adapters.safetensors with "<linear path>.lora_a" / ".lora_b") to m. Every
-// adapter tensor must belong to a Linear of m with matching shapes.
+// LoadAdapter reads the LoRA adapter in dir (see ReadAdapter) and pushes it onto
+// m's adapter stack.
 func LoadAdapter(m *Model, dir string) (*AdapterConfig, error) {
-	raw, err := readCapped(filepath.Join(dir, "adapter_config.json"), maxAdapterConfig)
+	a, cfg, err := ReadAdapter(m, dir)
 	if err != nil {
 		return nil, err
 	}
+	if _, err := m.PushAdapter(a); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ReadAdapter reads the LoRA adapter in dir (mlx-lm's layout: adapter_config.json and
+// adapters.safetensors with "<linear path>.lora_a" / ".lora_b") for m, without
+// attaching it. Every adapter tensor must belong to a Linear of m with matching
+// shapes.
+func ReadAdapter(m *Model, dir string) (*Adapter, *AdapterConfig, error) {
+	raw, err := readCapped(filepath.Join(dir, "adapter_config.json"), maxAdapterConfig)
+	if err != nil {
+		return nil, nil, err
+	}
 	var cfg AdapterConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("inference: adapter: adapter_config.json: %w", err)
+		return nil, nil, fmt.Errorf("inference: adapter: adapter_config.json: %w", err)
 	}
 	if cfg.FineTuneType != "" && cfg.FineTuneType != "lora" {
-		return nil, fmt.Errorf("inference: adapter: fine_tune_type %q is not supported (only lora)", cfg.FineTuneType)
+		return nil, nil, fmt.Errorf("inference: adapter: fine_tune_type %q is not supported (only lora)", cfg.FineTuneType)
 	}
 	if cfg.LoRAParameters.Rank <= 0 {
-		return nil, fmt.Errorf("inference: adapter: rank %d", cfg.LoRAParameters.Rank)
+		return nil, nil, fmt.Errorf("inference: adapter: rank %d", cfg.LoRAParameters.Rank)
 	}
 	f, err := safetensors.Open(filepath.Join(dir, "adapters.safetensors"))
 	if err != nil {
-		return nil, fmt.Errorf("inference: adapter: %w", err)
+		return nil, nil, fmt.Errorf("inference: adapter: %w", err)
 	}
 	defer f.Close()
 	linears := map[string]*Linear{}
 	m.Linears(func(path string, l *Linear) { linears[path] = l })
-	pending := map[string]*LoRA{}
+	pending := map[string]LoRA{}
 	for _, name := range f.Names() {
-		var path, part string
-		switch {
-		case strings.HasSuffix(name, ".lora_a"):
-			path, part = strings.TrimSuffix(name, ".lora_a"), "a"
-		case strings.HasSuffix(name, ".lora_b"):
-			path, part = strings.TrimSuffix(name, ".lora_b"), "b"
-		default:
-			return nil, fmt.Errorf("inference: adapter: unexpected tensor %q", name)
+		path, part, ok := splitParamName(name)
+		if !ok {
+			return nil, nil, fmt.Errorf("inference: adapter: unexpected tensor %q", name)
 		}
 		l := linears[path]
 		if l == nil {
-			return nil, fmt.Errorf("inference: adapter: %q is not a linear layer of this model", path)
+			return nil, nil, fmt.Errorf("inference: adapter: %q is not a linear layer of this model", path)
 		}
 		a, err := mx.LoadTensor(m.b, f, name)
 		if err != nil {
-			return nil, fmt.Errorf("inference: adapter: %w", err)
+			return nil, nil, fmt.Errorf("inference: adapter: %w", err)
 		}
 		a = mx.AsType(a, mx.Float32)
 		r := cfg.LoRAParameters.Rank
@@ -114,32 +121,24 @@ func LoadAdapter(m *Model, dir string) (*AdapterConfig, error) {
 			want = []int{r, l.Out}
 		}
 		if s := a.Shape(); len(s) != 2 || s[0] != want[0] || s[1] != want[1] {
-			return nil, fmt.Errorf("inference: adapter: %s has shape %v, want %v", name, s, want)
+			return nil, nil, fmt.Errorf("inference: adapter: %s has shape %v, want %v", name, s, want)
 		}
 		lo := pending[path]
-		if lo == nil {
-			lo = &LoRA{Scale: float32(cfg.LoRAParameters.Scale)}
-			pending[path] = lo
-		}
+		lo.Scale = float32(cfg.LoRAParameters.Scale)
 		if part == "a" {
 			lo.A = a
 		} else {
 			lo.B = a
 		}
+		pending[path] = lo
 	}
 	if len(pending) == 0 {
-		return nil, fmt.Errorf("inference: adapter: adapters.safetensors has no LoRA tensors")
+		return nil, nil, fmt.Errorf("inference: adapter: adapters.safetensors has no LoRA tensors")
 	}
-	paths := make([]string, 0, len(pending))
 	for p, lo := range pending {
 		if lo.A == nil || lo.B == nil {
-			return nil, fmt.Errorf("inference: adapter: %s has only one of lora_a and lora_b", p)
+			return nil, nil, fmt.Errorf("inference: adapter: %s has only one of lora_a and lora_b", p)
 		}
-		paths = append(paths, p)
 	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		linears[p].LoRA = pending[p]
-	}
-	return &cfg, nil
+	return NewAdapter(dir, pending), &cfg, nil
 }

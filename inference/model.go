@@ -62,6 +62,8 @@ type Model struct {
 	Norm   *RMSNorm `tensor:"model.norm"`
 	LMHead *Linear  `tensor:"lm_head"` // nil when tied
 
+	ad adapterStack // the LoRA adapters over the frozen weights (adapter.go)
+
 	warnings []string
 }
 
@@ -83,6 +85,7 @@ func build(cfg Config, b mx.Backend, hasHead bool) (*Model, error) {
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		m.layers = append(m.layers, arch.NewBlock(&m.cfg, i))
 	}
+	m.ad.keep, m.ad.history = DefaultAdapterHistory, []*AdapterState{{}}
 	return m, nil
 }
 
@@ -201,7 +204,10 @@ func (m *Model) slots(add func(name string, slot **mx.Array)) {
 // WithParams returns a model that shares m's configuration but uses the given
 // arrays for the names present in params (same shapes and dtypes as m's own), and
 // m's weights for the rest. It is how ValueAndGrad differentiates through the model.
+// The copy starts with m's adapter stack and version, and keeps no history; see Fork.
 func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
+	m.ad.mu.RLock()
+	defer m.ad.mu.RUnlock()
 	cp, err := build(m.cfg, m.b, !m.cfg.TieWordEmbeddings)
 	if err != nil {
 		return nil, err
@@ -221,13 +227,10 @@ func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
 		return nil, err
 	}
 	// Adapters are not weights of the base model; they ride along unchanged.
-	loras := map[string]*LoRA{}
-	m.Linears(func(path string, l *Linear) {
-		if l.LoRA != nil {
-			loras[path] = l.LoRA
-		}
-	})
-	cp.Linears(func(path string, l *Linear) { l.LoRA = loras[path] })
+	st := m.adapterState()
+	cp.ad.keep, cp.ad.history = 0, nil
+	cp.setLinearAdapters(st.stack)
+	cp.ad.state.Store(&AdapterState{Version: st.Version, stack: st.stack})
 	return cp, nil
 }
 

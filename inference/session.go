@@ -16,14 +16,23 @@ const prefillChunk = 512
 // cache holds. Between chat turns the next prompt usually extends the previous one
 // (the whole conversation, re-rendered by the chat template), so Prefill keeps the
 // longest common prefix and computes only the rest.
+//
+// The cache is only as good as the adapters it was computed with: when the model's
+// adapter version has changed since, Prefill starts over and Append recomputes what
+// the session holds, so a session never mixes keys and values of two versions. Each
+// forward holds the model's adapter read lock (see adapter.go). A Session itself is
+// for one goroutine at a time.
 type Session struct {
-	m      *Model
-	cache  *Cache
-	tokens []int // tokens the cache holds, in order
+	m       *Model
+	cache   *Cache
+	tokens  []int  // tokens the cache holds, in order
+	version uint64 // the adapter version the cache was computed with
 }
 
 // NewSession starts an empty session with m.
-func NewSession(m *Model) *Session { return &Session{m: m, cache: NewCache(m)} }
+func NewSession(m *Model) *Session {
+	return &Session{m: m, cache: NewCache(m), version: m.AdapterVersion()}
+}
 
 // Model returns the session's model.
 func (s *Session) Model() *Model { return s.m }
@@ -34,6 +43,9 @@ func (s *Session) Cache() *Cache { return s.cache }
 // Tokens returns the tokens the cache holds.
 func (s *Session) Tokens() []int { return slices.Clone(s.tokens) }
 
+// AdapterVersion returns the model's adapter version the cache was computed with.
+func (s *Session) AdapterVersion() uint64 { return s.version }
+
 // Reset forgets everything.
 func (s *Session) Reset() {
 	s.cache.Reset()
@@ -41,11 +53,23 @@ func (s *Session) Reset() {
 }
 
 // Prefill makes the session hold prompt and returns the logits (vocab) after its
-// last token and how many leading tokens were reused from the cache. At least the
-// last token is always recomputed, since its logits were not kept.
+// last token and how many leading tokens were reused from the cache (none when the
+// adapters changed since it was computed). At least the last token is always
+// recomputed, since its logits were not kept.
 func (s *Session) Prefill(prompt []int) (logits *mx.Array, reused int, err error) {
 	if len(prompt) == 0 {
 		return nil, 0, errors.New("inference: empty prompt")
+	}
+	s.m.ad.mu.RLock()
+	defer s.m.ad.mu.RUnlock()
+	return s.prefill(prompt)
+}
+
+// prefill is Prefill under the read lock.
+func (s *Session) prefill(prompt []int) (logits *mx.Array, reused int, err error) {
+	if v := s.m.AdapterVersion(); v != s.version {
+		s.Reset()
+		s.version = v
 	}
 	reused = commonPrefix(s.tokens, prompt)
 	reused = min(reused, len(prompt)-1)
@@ -53,7 +77,7 @@ func (s *Session) Prefill(prompt []int) (logits *mx.Array, reused int, err error
 	s.tokens = s.tokens[:reused]
 	for start := reused; start < len(prompt); start += prefillChunk {
 		chunk := prompt[start:min(start+prefillChunk, len(prompt))]
-		if logits, err = s.Append(chunk); err != nil {
+		if logits, err = s.extend(chunk); err != nil {
 			return nil, reused, err
 		}
 	}
@@ -62,7 +86,24 @@ func (s *Session) Prefill(prompt []int) (logits *mx.Array, reused int, err error
 
 // Append runs tokens after what the session holds and returns the logits (vocab)
 // after the last one. The logits are evaluated (lazy backends compute them here).
+// If the adapters changed since the session's cache was computed, everything it
+// holds is computed again first.
 func (s *Session) Append(tokens []int) (*mx.Array, error) {
+	if len(tokens) == 0 {
+		return nil, errors.New("inference: no tokens to append")
+	}
+	s.m.ad.mu.RLock()
+	defer s.m.ad.mu.RUnlock()
+	if s.m.AdapterVersion() != s.version && len(s.tokens) > 0 {
+		logits, _, err := s.prefill(slices.Concat(s.tokens, tokens))
+		return logits, err
+	}
+	s.version = s.m.AdapterVersion()
+	return s.extend(tokens)
+}
+
+// extend runs tokens after the cache under the read lock.
+func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	ids, err := s.m.Tokens(tokens)
 	if err != nil {
 		return nil, err

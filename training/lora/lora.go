@@ -143,15 +143,15 @@ func pathSeed(seed uint64, path string) uint64 {
 	return seed ^ h.Sum64()
 }
 
-// Apply attaches fresh adapters to the linear layers cfg selects (see Targets):
-// lora_a (In, r) uniform in ±1/√In from cfg.Seed, lora_b (r, Out) zeros, so the
-// model computes exactly what it did before. It returns the adapted paths.
-// Layers that already have an adapter get a new one.
-func Apply(m *inference.Model, cfg Config) ([]string, error) {
+// New makes a fresh adapter for the linear layers cfg selects (see Targets):
+// lora_a (In, r) uniform in ±1/√In from cfg.Seed, lora_b (r, Out) zeros, so a
+// model computes exactly what it did before it was pushed. It returns the
+// adapter and its paths; m is only read.
+func New(m *inference.Model, cfg Config) (*inference.Adapter, []string, error) {
 	cfg = cfg.WithDefaults()
 	paths, _, err := Targets(m, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	want := map[string]bool{}
 	for _, p := range paths {
@@ -159,6 +159,7 @@ func Apply(m *inference.Model, cfg Config) ([]string, error) {
 	}
 	b := m.Backend()
 	r := cfg.Rank
+	loras := map[string]inference.LoRA{}
 	m.Linears(func(path string, l *inference.Linear) {
 		if !want[path] {
 			return
@@ -169,69 +170,47 @@ func Apply(m *inference.Model, cfg Config) ([]string, error) {
 		for i := range a {
 			a[i] = float32(bound * (2*rng.Float64() - 1))
 		}
-		l.LoRA = &inference.LoRA{
+		loras[path] = inference.LoRA{
 			A:     mx.FromData(b, mx.Float32, a, l.In, r),
 			B:     mx.FromData(b, mx.Float32, make([]float32, r*l.Out), r, l.Out),
 			Scale: float32(cfg.Scale),
 		}
 	})
+	return inference.NewAdapter("lora", loras), paths, nil
+}
+
+// Apply pushes a fresh adapter (see New) onto m's adapter stack and returns the
+// adapted paths. Adapters already there stay below it, untouched; the functions
+// here that read or change weights (Params, SetParams, SetDropout, Save) work on
+// the top one. A trainer that must not disturb a model in use applies it to a
+// m.Fork() (see inference.Model.Fork).
+func Apply(m *inference.Model, cfg Config) ([]string, error) {
+	a, paths, err := New(m, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.PushAdapter(a); err != nil {
+		return nil, err
+	}
 	return paths, nil
 }
 
-// Params returns every adapter weight of m by mlx-lm's name
-// ("model.layers.3.self_attn.q_proj.lora_a").
+// Params returns the weights of m's top adapter by mlx-lm's name
+// ("model.layers.3.self_attn.q_proj.lora_a"); empty when m has none.
 func Params(m *inference.Model) map[string]*mx.Array {
-	out := map[string]*mx.Array{}
-	m.Linears(func(path string, l *inference.Linear) {
-		if l.LoRA != nil {
-			out[path+".lora_a"] = l.LoRA.A
-			out[path+".lora_b"] = l.LoRA.B
-		}
-	})
-	return out
+	top := m.TopAdapter()
+	if top == nil {
+		return map[string]*mx.Array{}
+	}
+	return top.Params()
 }
 
-// SetParams replaces adapter weights by name. Every name must be an adapter
-// of m, with the shape of the array it replaces; names not given are kept.
+// SetParams replaces weights of m's top adapter by name. Every name must be an
+// adapter weight of it, with the shape of the array it replaces; names not given
+// are kept. The model's adapter version changes.
 func SetParams(m *inference.Model, params map[string]*mx.Array) error {
-	loras := map[string]*inference.LoRA{}
-	m.Linears(func(path string, l *inference.Linear) {
-		if l.LoRA != nil {
-			loras[path] = l.LoRA
-		}
-	})
-	type set struct {
-		dst **mx.Array
-		v   *mx.Array
-	}
-	var todo []set
-	for name, v := range params {
-		var path string
-		var dst func(*inference.LoRA) **mx.Array
-		switch {
-		case strings.HasSuffix(name, ".lora_a"):
-			path, dst = strings.TrimSuffix(name, ".lora_a"), func(l *inference.LoRA) **mx.Array { return &l.A }
-		case strings.HasSuffix(name, ".lora_b"):
-			path, dst = strings.TrimSuffix(name, ".lora_b"), func(l *inference.LoRA) **mx.Array { return &l.B }
-		default:
-			return fmt.Errorf("lora: %q is not an adapter weight", name)
-		}
-		l := loras[path]
-		if l == nil {
-			return fmt.Errorf("lora: %q has no adapter in this model", path)
-		}
-		d := dst(l)
-		if v == nil || !slices.Equal(v.Shape(), (*d).Shape()) {
-			var got []int
-			if v != nil {
-				got = v.Shape()
-			}
-			return fmt.Errorf("lora: %s has shape %v, want %v", name, got, (*d).Shape())
-		}
-		todo = append(todo, set{d, v})
-	}
-	for _, s := range todo {
-		*s.dst = s.v
+	if _, err := m.SetAdapterParams(params); err != nil {
+		return fmt.Errorf("lora: %w", err)
 	}
 	return nil
 }
@@ -314,67 +293,47 @@ type FuseOptions struct {
 	Dequantize bool
 }
 
-// Fuse folds every adapter into its base weight, W' = W + Scale·(A·B)ᵀ, and
-// removes the adapters. A quantized base is dequantized, updated and quantized
-// again with its own settings (or left dense with opts.Dequantize), so the
-// fused model computes what the adapted one did up to that rounding. It returns
-// the fused paths.
+// Fuse folds every adapter of m's stack into its base weight,
+// W' = W + Σ Scale·(A·B)ᵀ, and removes the adapters (inference.Model.FuseAdapters).
+// A quantized base is dequantized, updated and quantized again with its own
+// settings (or left dense with opts.Dequantize), so the fused model computes
+// what the adapted one did up to that rounding. It returns the fused paths.
 func Fuse(m *inference.Model, opts FuseOptions) ([]string, error) {
-	var fused []string
-	var err error
-	m.Linears(func(path string, l *inference.Linear) {
-		if err != nil || l.LoRA == nil {
-			return
-		}
-		lo := l.LoRA
-		delta := mx.Transpose(mx.MulScalar(mx.Matmul(lo.A, lo.B), lo.Scale), 1, 0) // (Out, In)
-		if l.Scales != nil {
-			w := mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
-			if opts.Dequantize {
-				l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits = mx.AsType(w, mx.Float32), nil, nil, 0, 0
-			} else {
-				l.Weight, l.Scales, l.Biases = mx.Quantize(w, l.GroupSize, l.Bits)
-			}
-		} else {
-			l.Weight = mx.Add(l.Weight, mx.AsType(delta, l.Weight.DType()))
-		}
-		for _, a := range []*mx.Array{l.Weight, l.Scales, l.Biases} {
-			if a != nil {
-				if e := mx.Eval(a); e != nil {
-					err = fmt.Errorf("lora: fuse %s: %w", path, e)
-					return
-				}
-			}
-		}
-		l.LoRA = nil
-		fused = append(fused, path)
-	})
+	paths, err := m.FuseAdapters(opts.Dequantize)
 	if err != nil {
-		return fused, err
+		return paths, fmt.Errorf("lora: %w", err)
 	}
-	if len(fused) == 0 {
-		return nil, errors.New("lora: the model has no adapters to fuse")
-	}
-	return fused, nil
+	return paths, nil
 }
 
-// SetDropout installs dropout with keep-probability 1−p on every adapter's
-// input, or removes it with p = 0. seed fixes the masks of the next forward
-// pass: each adapter draws from its own stream keyed by seed and its path, so a
-// run that sets the same seed per step sees the same masks after a resume.
+// SetDropout installs dropout with keep-probability 1−p on the input of every
+// update of m's top adapter, or removes it with p = 0. seed fixes the masks of
+// the next forward pass: each layer draws from its own stream keyed by seed and
+// its path, so a run that sets the same seed per step sees the same masks after
+// a resume. Like any change of the adapters, it changes m's adapter version
+// (removing dropout that is not there changes nothing).
 func SetDropout(m *inference.Model, p float64, seed uint64) {
-	m.Linears(func(path string, l *inference.Linear) {
-		if l.LoRA == nil {
+	top := m.TopAdapter()
+	if top == nil {
+		return
+	}
+	if p <= 0 {
+		has := false
+		for _, path := range top.Paths() {
+			lo, _ := top.LoRA(path)
+			has = has || lo.Drop != nil
+		}
+		if !has {
 			return
 		}
-		if p <= 0 {
-			l.LoRA.Drop = nil
-			return
-		}
+		m.ReplaceAdapter(top.WithDropout(nil)) // same shapes: cannot fail
+		return
+	}
+	keep := float32(1 - p)
+	b := m.Backend()
+	m.ReplaceAdapter(top.WithDropout(func(path string) func(*mx.Array) *mx.Array {
 		s := pathSeed(seed, path)
-		keep := float32(1 - p)
-		b := m.Backend()
-		l.LoRA.Drop = func(x *mx.Array) *mx.Array {
+		return func(x *mx.Array) *mx.Array {
 			shape := x.Shape()
 			n := 1
 			for _, d := range shape {
@@ -389,5 +348,5 @@ func SetDropout(m *inference.Model, p float64, seed uint64) {
 			}
 			return mx.Mul(x, mx.AsType(mx.FromData(b, mx.Float32, mask, shape...), x.DType()))
 		}
-	})
+	}))
 }

@@ -230,3 +230,57 @@ func TestDropout(t *testing.T) {
 		t.Error("removing dropout did not restore the output")
 	}
 }
+
+// Apply stacks: a second adapter goes over the first, which keeps its weights;
+// Params and SetParams reach the top one; Fuse folds both.
+func TestApplyStacks(t *testing.T) {
+	b := cpu(t)
+	m := inference.NewRandom(tinyConfig(), 1, b)
+	base := logits(t, m)
+	if _, err := Apply(m, Config{NumLayers: 2, Rank: 4, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	perturb(t, m, 5)
+	user := logits(t, m)
+	userParams := Params(m)
+	if _, err := Apply(m, Config{NumLayers: -1, Rank: 2, Scale: 4, Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := logits(t, m); maxDiff(got, user) != 0 {
+		t.Errorf("a fresh adapter on top changed the logits by %g", maxDiff(got, user))
+	}
+	if n := len(m.Adapters()); n != 2 {
+		t.Fatalf("%d adapters on the stack, want 2", n)
+	}
+	if ps := Params(m); len(ps) != 42 {
+		t.Errorf("Params: %d arrays, want the top adapter's 42", len(ps))
+	}
+	perturb(t, m, 9)
+	both := logits(t, m)
+	if maxDiff(both, user) < 1e-3 {
+		t.Fatal("the top adapter hardly changes the logits")
+	}
+	top, _, err := m.PopAdapter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range Params(m) {
+		if a != userParams[name] {
+			t.Fatalf("the user's %s changed under the pushed adapter", name)
+		}
+	}
+	if got := logits(t, m); maxDiff(got, user) != 0 {
+		t.Errorf("after pop the logits differ by %g", maxDiff(got, user))
+	}
+	m.PushAdapter(top)
+	paths, err := Fuse(m, FuseOptions{})
+	if err != nil || len(paths) != 21 {
+		t.Fatalf("fuse: %d paths, %v", len(paths), err)
+	}
+	if d := maxDiff(both, logits(t, m)); d > 1e-4 || len(m.Adapters()) != 0 {
+		t.Errorf("fused stack differs by %g (%d adapters left)", d, len(m.Adapters()))
+	}
+	if maxDiff(base, both) < 1e-3 {
+		t.Error("the adapters did nothing")
+	}
+}
