@@ -12,4 +12,9 @@
 //
 // Weights are read-only once loaded; per-conversation state lives in a Cache (keys and
 // values) held by a Session, which reuses the longest common prefix between chat turns.
+// LoRA adapters sit beside the frozen weights as a versioned stack behind a read/write
+// lock (adapter.go), so a background training step, a temporary test-time adapter and
+// a running reply can share one model, and any recent state can be restored. A
+// Replier (reply.go) turns a conversation into streamed text: chat template, stop
+// tokens and stop strings, UTF-8-safe decoding.
 package inference
