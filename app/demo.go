@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/inloop/inloop/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -286,7 +287,7 @@ func writeWordList(path string, docs []string) error {
 		}
 	}
 	sort.Strings(words)
-	return os.WriteFile(path, []byte(strings.Join(words, "\n")+"\n"), 0o644)
+	return atomicfile.WriteFile(path, []byte(strings.Join(words, "\n")+"\n"), 0o644)
 }
 
 // demoWords reads the embedded word list.
@@ -336,15 +337,11 @@ func demoModelDir(dataDir string) (string, error) {
 	}
 	for _, name := range demoModelFiles {
 		raw, _ := fs.ReadFile(src, name)
-		tmp := filepath.Join(dir, name+".tmp")
-		if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-			return "", err
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, name), raw, 0o644); err != nil {
 			return "", err
 		}
 	}
-	if err := os.WriteFile(stampPath, []byte(stamp), 0o644); err != nil {
+	if err := atomicfile.WriteFile(stampPath, []byte(stamp), 0o644); err != nil {
 		return "", err
 	}
 	return dir, nil

@@ -7,37 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/inferencetest"
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // tinyModelDir writes a small random-weight llama with a real byte-level BPE
 // tokenizer, so the commands run end to end with no download.
-func tinyModelDir(t *testing.T) string {
-	t.Helper()
-	b, err := mx.Open("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := inference.Config{
-		ModelType: "llama", HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, RMSNormEps: 1e-5,
-		RopeTheta: 10000, VocabSize: 302, TieWordEmbeddings: true, MaxPositionEmbeddings: 512,
-		EOSTokenID: inference.TokenIDs{301},
-	}
-	dir := filepath.Join(t.TempDir(), "tiny")
-	if err := inference.SaveModel(inference.NewRandom(cfg, 1, b), dir); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := os.ReadFile("../inference/tokenizer/testdata/tiny_bytelevel.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func tinyModelDir(t *testing.T) string { return inferencetest.Dir(t) }
 
 func TestGenerateCommand(t *testing.T) {
 	dir := tinyModelDir(t)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/inloop/inloop/internal/atomicfile"
 	"io"
 	"maps"
 	"math"
@@ -82,7 +83,7 @@ func fuseCmd(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(*save, "config.json"), raw, 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(*save, "config.json"), raw, 0o644); err != nil {
 			return err
 		}
 	}
@@ -93,7 +94,7 @@ func fuseCmd(e *env, args []string) error {
 		} else if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(*save, f), raw, 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(*save, f), raw, 0o644); err != nil {
 			return err
 		}
 	}
