@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -366,20 +365,7 @@ func fractionKnown(text string, words map[string]bool) (known, total int) {
 // at end-of-text but goes on into the next document (special tokens are not
 // printed).
 func greedyText(m *inference.Model, tok *tokenizer.Tokenizer, prompt string, n int, throughEOS bool) (string, error) {
-	ids, err := tok.Encode(prompt, false)
-	if err != nil {
-		return "", err
-	}
-	cfg := m.Config()
-	stops := slices.Concat(cfg.StopTokens(), tok.EOS())
-	if throughEOS {
-		stops = nil
-	}
-	dec := tok.NewDecoder(true)
-	var out strings.Builder
-	_, err = inference.Generate(context.Background(), inference.NewSession(m), ids,
-		inference.GenerateOptions{MaxTokens: n, StopTokens: stops, Sampling: inference.SampleOptions{Temperature: 0}},
-		func(t int) bool { out.WriteString(dec.Add(t)); return false })
-	out.WriteString(dec.Flush())
-	return out.String(), err
+	text, _, err := inference.NewReplier(m, tok, nil).ReplyText(context.Background(), nil, prompt,
+		inference.ReplyOptions{MaxTokens: n, IgnoreStops: throughEOS, Sampling: inference.SampleOptions{Temperature: 0}}, nil)
+	return text, err
 }

@@ -9,12 +9,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
-	"github.com/inloop/inloop/inference/tokenizer"
 	"github.com/inloop/inloop/store"
 )
 
@@ -51,14 +49,12 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	return g
 }
 
-// runner holds a loaded model with its tokenizer and template.
+// runner is a loaded model's replier with the command's sampling settings.
 type runner struct {
 	model *inference.Model
-	tok   *tokenizer.Tokenizer
-	tmpl  *chat.Template
-	stops []int    // stop token ids: config, tokenizer and template EOS together
-	words []string // stop strings from the template
-	opts  inference.GenerateOptions
+	rep   *inference.Replier
+	opts  inference.ReplyOptions
+	raw   bool
 }
 
 func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer) (*runner, error) {
@@ -78,97 +74,31 @@ func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer
 			return nil, err
 		}
 	}
-	tok, err := tokenizer.Load(g.model)
+	rep, err := inference.LoadReplier(m, g.model)
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := chat.LoadTemplate(g.model)
-	if err != nil {
-		return nil, err
-	}
-	if tmpl.Fallback() && !g.raw {
+	if rep.Template != nil && rep.Template.Fallback() && !g.raw {
 		fmt.Fprintln(stderr, "warning: the model has no chat template; using ChatML")
 	}
-	r := &runner{model: m, tok: tok, tmpl: tmpl, words: tmpl.StopStrings()}
-	cfg := m.Config()
-	for _, id := range slices.Concat(cfg.StopTokens(), tok.EOS(), tmpl.EOSTokens()) {
-		if !slices.Contains(r.stops, id) {
-			r.stops = append(r.stops, id)
-		}
-	}
-	r.opts = inference.GenerateOptions{MaxTokens: g.maxTokens, StopTokens: r.stops, Sampling: inference.SampleOptions{
+	r := &runner{model: m, rep: rep, raw: g.raw, opts: inference.ReplyOptions{MaxTokens: g.maxTokens, AddSpecialTokens: g.raw, Sampling: inference.SampleOptions{
 		Temperature: g.temp, TopK: g.topK, TopP: g.topP, MinP: g.minP,
 		RepetitionPenalty: g.repPenalty, RepetitionWindow: g.repWin, Seed: uint64(g.seed),
-	}}
+	}}}
 	return r, r.opts.Sampling.Validate()
 }
 
-// prompt renders a conversation (or takes the text as is) and tokenizes it.
-func (r *runner) prompt(msgs []chat.Message, raw bool) ([]int, error) {
-	if raw {
-		return r.tok.Encode(msgs[len(msgs)-1].Content, true)
+// reply answers the conversation (or, raw, continues its last message's text)
+// into w and returns the text and the stats.
+func (r *runner) reply(ctx context.Context, sess *inference.Session, msgs []chat.Message, w io.Writer) (string, inference.Stats, error) {
+	onText := func(s string) { io.WriteString(w, s) }
+	if r.raw {
+		return r.rep.ReplyText(ctx, sess, msgs[len(msgs)-1].Content, r.opts, onText)
 	}
-	text, err := r.tmpl.Render(msgs, chat.RenderOptions{AddGenerationPrompt: true})
-	if err != nil {
-		return nil, err
-	}
-	// The template writes BOS itself where the model wants one.
-	return r.tok.Encode(text, false)
+	return r.rep.Reply(ctx, sess, msgs, r.opts, onText)
 }
 
-// reply generates into w, stopping at stop tokens or stop strings, and returns the
-// text and the stats. Text that might begin a stop string is held back until it
-// cannot, so a stop string is never printed.
-func (r *runner) reply(ctx context.Context, sess *inference.Session, ids []int, w io.Writer) (string, inference.Stats, error) {
-	dec := r.tok.NewDecoder(true)
-	var out, pending strings.Builder
-	hold := 0
-	for _, s := range r.words {
-		hold = max(hold, len(s)-1)
-	}
-	flush := func(final bool) bool {
-		text := pending.String()
-		for _, s := range r.words {
-			if i := strings.Index(text, s); s != "" && i >= 0 {
-				io.WriteString(w, text[:i])
-				out.WriteString(text[:i])
-				pending.Reset()
-				return true
-			}
-		}
-		keep := 0
-		if !final {
-			keep = min(hold, len(text))
-			for keep > 0 && !isBoundary(text, len(text)-keep) {
-				keep--
-			}
-		}
-		io.WriteString(w, text[:len(text)-keep])
-		out.WriteString(text[:len(text)-keep])
-		pending.Reset()
-		pending.WriteString(text[len(text)-keep:])
-		return false
-	}
-	stopped := false
-	st, err := inference.Generate(ctx, sess, ids, r.opts, func(tok int) bool {
-		pending.WriteString(dec.Add(tok))
-		stopped = flush(false)
-		return stopped
-	})
-	if !stopped {
-		pending.WriteString(dec.Flush())
-		flush(true)
-	}
-	return out.String(), st, err
-}
-
-func isBoundary(s string, i int) bool { return i == 0 || i == len(s) || s[i]&0xC0 != 0x80 }
-
-func printStats(w io.Writer, st inference.Stats) {
-	fmt.Fprintf(w, "\n[%d prompt tokens (%d reused), %d generated, first token %d ms, prefill %.1f tok/s, decode %.1f tok/s, KV cache %.1f MiB, peak %.0f MiB, %s]\n",
-		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, st.DecodeTPS,
-		float64(st.KVBytes)/(1<<20), float64(st.PeakMemory)/(1<<20), st.StopReason)
-}
+func printStats(w io.Writer, st inference.Stats) { fmt.Fprintf(w, "\n[%s]\n", st) }
 
 func generate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -201,11 +131,7 @@ func generate(e *env, args []string) error {
 	if g.system != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: g.system})
 	}
-	ids, err := r.prompt(append(msgs, chat.Message{Role: "user", Content: *text}), g.raw)
-	if err != nil {
-		return err
-	}
-	_, st, err := r.reply(e.ctx, inference.NewSession(r.model), ids, stdout)
+	_, st, err := r.reply(e.ctx, inference.NewSession(r.model), append(msgs, chat.Message{Role: "user", Content: *text}), stdout)
 	fmt.Fprintln(stdout)
 	if g.stats {
 		printStats(stderr, st)
@@ -265,12 +191,8 @@ func chatCmd(e *env, args []string) error {
 			continue
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: line})
-		ids, err := r.prompt(msgs, g.raw)
-		if err != nil {
-			return err
-		}
 		ctx, stop := signal.NotifyContext(e.ctx, os.Interrupt) // Ctrl-C stops this reply only
-		text, st, err := r.reply(ctx, sess, ids, stdout)
+		text, st, err := r.reply(ctx, sess, msgs, stdout)
 		stop()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
