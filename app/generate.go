@@ -13,7 +13,6 @@ import (
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
-	"github.com/inloop/inloop/store"
 )
 
 func init() {
@@ -149,27 +148,24 @@ func chatCmd(e *env, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if g.model == "" {
+		return errors.New("--model is required")
+	}
 	w, err := g.ws.open(e.ctx)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	modelName := g.model
-	r, err := loadRunner(e.ctx, w, g, stderr)
+	c, err := w.StartChat(e.ctx, ChatSpec{Model: g.model, Adapter: g.adapter, System: g.system, MaxTokens: g.maxTokens, Raw: g.raw,
+		Sampling: inference.SampleOptions{Temperature: g.temp, TopK: g.topK, TopP: g.topP, MinP: g.minP,
+			RepetitionPenalty: g.repPenalty, RepetitionWindow: g.repWin, Seed: uint64(g.seed)}})
 	if err != nil {
 		return err
 	}
-	chatID, err := w.Store.CreateChat(e.ctx, store.Chat{Title: "terminal chat", Model: modelName})
-	if err != nil {
-		return err
+	for _, warn := range c.Model().Warnings() {
+		fmt.Fprintln(stderr, "warning:", warn)
 	}
-	sess := inference.NewSession(r.model)
-	var msgs []chat.Message
-	if g.system != "" {
-		msgs = append(msgs, chat.Message{Role: "system", Content: g.system})
-	}
-	start := len(msgs)
-	fmt.Fprintln(stdout, "Chatting with", g.model, "— /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops a reply.")
+	fmt.Fprintln(stdout, "Chatting with", c.Info.Name, "— /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops a reply.")
 	in := bufio.NewScanner(e.stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	for {
@@ -185,24 +181,18 @@ func chatCmd(e *env, args []string) error {
 		case "/exit", "/quit":
 			return nil
 		case "/reset":
-			msgs = msgs[:start]
-			sess.Reset()
+			c.Reset()
 			fmt.Fprintln(stdout, "(conversation cleared)")
 			continue
 		}
-		msgs = append(msgs, chat.Message{Role: "user", Content: line})
 		ctx, stop := signal.NotifyContext(e.ctx, os.Interrupt) // Ctrl-C stops this reply only
-		text, st, err := r.reply(ctx, sess, msgs, stdout)
+		turn, err := c.Send(ctx, line, func(s string) { io.WriteString(stdout, s) })
 		stop()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
-		msgs = append(msgs, chat.Message{Role: "assistant", Content: text})
-		if err := w.saveTurn(e.ctx, chatID, line, text, st); err != nil {
-			return err
-		}
 		if g.stats {
-			printStats(stderr, st)
+			printStats(stderr, turn.Stats)
 		}
 	}
 }

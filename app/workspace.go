@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/store"
 )
@@ -36,8 +37,11 @@ type Workspace struct {
 	// (a quit or a crash). Each can continue with Resume.
 	Interrupted []store.Run
 
-	mu     sync.Mutex
-	jobs   map[int64]*Job
+	mu   sync.Mutex
+	jobs map[int64]*Job
+
+	loadMu sync.Mutex
+	loaded map[string]*inference.Model // by folder: base weights shared by chats
 	wg     sync.WaitGroup
 	closed bool
 }
