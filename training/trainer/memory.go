@@ -38,10 +38,12 @@ func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, b
 	}
 }
 
+// memoryCheck reports the estimate, and warns when it exceeds what the
+// system has available; the event carries the numbers for the caller's advice.
 func (r *run) memoryCheck(adapterParams int64) {
 	mc := r.m.Config()
 	seq := r.cfg.MaxSeqLength
-	if tr := r.batcher.Truncation(); tr.Longest > 0 && tr.Longest-1 < seq {
+	if tr := r.ar.batcher.Truncation(); tr.Longest > 0 && tr.Longest-1 < seq {
 		seq = tr.Longest - 1
 	}
 	inter := mc.IntermediateSize
@@ -51,10 +53,11 @@ func (r *run) memoryCheck(adapterParams int64) {
 	if e.Available > 0 {
 		msg += fmt.Sprintf("; %s available", fmtBytes(e.Available))
 	}
-	r.info("%s", msg)
+	r.emit(Event{Kind: EventInfo, Message: msg, Memory: &e})
 	if e.Available > 0 && e.Total() > e.Available {
-		r.warn("this run may not fit in memory (%s needed, %s available): lower --batch-size or --max-seq-length, use --grad-accumulation-steps, or a quantized model",
-			fmtBytes(e.Total()), fmtBytes(e.Available))
+		r.emit(Event{Kind: EventWarning, Memory: &e, Message: fmt.Sprintf(
+			"this run may not fit in memory: %s needed with batch %d × %d tokens, %s available",
+			fmtBytes(e.Total()), r.cfg.BatchSize, seq, fmtBytes(e.Available))})
 	}
 }
 

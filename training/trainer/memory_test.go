@@ -51,23 +51,21 @@ func TestMemoryFlatOverLongRun(t *testing.T) {
 	}
 	cfg := baseConfig(model, data, filepath.Join(dir, "out"))
 	cfg.Iters, cfg.BatchSize, cfg.LearningRate, cfg.SaveEvery, cfg.StepsPerEval = 150, 4, 1e-3, 50, -1
-	events := make(chan Event)
-	done := make(chan error, 1)
-	go func() { _, err := Train(context.Background(), cfg, events); done <- err }()
-	// The most held over steps 11-30, against the most held over the last 20 steps.
+	// The most held over steps 11-30, against the most held over the last 20 steps,
+	// measured while the trainer waits for the callback.
 	var early, late int64
-	for ev := range events {
+	_, err := Run(context.Background(), cfg, func(ev Event) {
 		if ev.Kind != EventTrain {
-			continue
+			return
 		}
-		switch { // the trainer waits while we measure
+		switch {
 		case ev.Step > 10 && ev.Step <= 30:
 			early = max(early, heldBytes())
 		case ev.Step > cfg.Iters-20:
 			late = max(late, heldBytes())
 		}
-	}
-	if err := <-done; err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("held over steps 11-30: %d bytes, over the last 20 steps: %d bytes", early, late)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,20 +77,10 @@ func baseConfig(model, data, out string) Config {
 	}
 }
 
-// collect runs Train and gathers its events.
+// collect runs Run and gathers its events.
 func collect(ctx context.Context, cfg Config) (Result, []Event, error) {
-	ch := make(chan Event, 16)
 	var evs []Event
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ev := range ch {
-			evs = append(evs, ev)
-		}
-	}()
-	res, err := Train(ctx, cfg, ch)
-	wg.Wait()
+	res, err := Run(ctx, cfg, func(ev Event) { evs = append(evs, ev) })
 	return res, evs, err
 }
 
@@ -160,6 +149,12 @@ func TestDocumentsFolder(t *testing.T) {
 	os.WriteFile(filepath.Join(docs, "a.md"), []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 10)), 0o644)
 	cfg := baseConfig(model, docs, filepath.Join(dir, "run"))
 	cfg.Epochs, cfg.ChunkSize, cfg.SaveEvery = 1, 32, -1
+	// An opened backend is used as given; the name is only for opening one.
+	b, err := mx.Open("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.BackendImpl, cfg.Backend = b, "no such backend"
 	res, evs, err := collect(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +211,7 @@ func TestNonFiniteStops(t *testing.T) {
 	}
 }
 
+// Cancelling keeps the checkpoints; this also runs the channel form, Train.
 func TestCancelKeepsCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	model, data := tinyModelDir(t, dir), dataDir(t, dir)
@@ -259,13 +255,9 @@ func TestHelperTrain(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestKillResume")
 	}
-	ch := make(chan Event)
-	go func() {
-		for range ch {
-			time.Sleep(40 * time.Millisecond) // slow enough to be killed mid-run
-		}
-	}()
-	_, err := Train(context.Background(), killConfig(dir), ch)
+	_, err := Run(context.Background(), killConfig(dir), func(Event) {
+		time.Sleep(40 * time.Millisecond) // slow enough to be killed mid-run
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +304,7 @@ func TestKillResume(t *testing.T) {
 
 	resumed := cfg
 	resumed.Resume = true
-	res, err := Train(context.Background(), resumed, nil)
+	res, err := Run(context.Background(), resumed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +313,7 @@ func TestKillResume(t *testing.T) {
 	}
 	straight := cfg
 	straight.AdapterPath = filepath.Join(dir, "straight")
-	if _, err := Train(context.Background(), straight, nil); err != nil {
+	if _, err := Run(context.Background(), straight, nil); err != nil {
 		t.Fatal(err)
 	}
 	a, _, err := mx.LoadSafetensors(mx.Default(), filepath.Join(resumed.AdapterPath, "adapters.safetensors"))
