@@ -3,7 +3,8 @@
 // rate and global-norm clipping, on next-token prediction over fixed-length
 // windows cut from one packed token stream. It is how Inloop's bundled demo
 // model is made; runs are short, so there are no checkpoints, and a run is
-// reproducible from its seed on one backend.
+// reproducible from its seed on one backend. The step itself is the trainer's
+// shared Stepper, and progress comes as trainer.Events.
 package pretrain
 
 import (
@@ -20,7 +21,9 @@ import (
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
+	"github.com/inloop/inloop/training/data"
 	"github.com/inloop/inloop/training/optim"
+	"github.com/inloop/inloop/training/trainer"
 )
 
 // Config is one pretraining run.
@@ -36,16 +39,6 @@ type Config struct {
 	ClipNorm    float64          // global gradient norm cap; 0: off
 	Seed        uint64           // initialization and window order
 	InitStd     float64          // standard deviation of the initial weights (0: 0.02)
-}
-
-// Progress is reported after every update.
-type Progress struct {
-	Step, Steps  int
-	Loss         float64 // this update's mean next-token loss (nats)
-	LR           float64
-	TokensPerSec float64 // since the start
-	Elapsed      time.Duration
-	ETA          time.Duration
 }
 
 // Result summarizes a run.
@@ -131,11 +124,15 @@ func ParamCount(m *inference.Model) int64 {
 	return n
 }
 
-// Train pretrains a model on stream, the training text's token ids packed end to
+// Run pretrains a model on stream, the training text's token ids packed end to
 // end (documents separated by an end-of-text token). Each update reads
-// BatchSize windows of SeqLen+1 tokens at random offsets drawn from Seed. It
-// returns the trained model; ctx cancels between updates.
-func Train(ctx context.Context, b mx.Backend, cfg Config, stream []int, progress func(Progress)) (*inference.Model, Result, error) {
+// BatchSize windows of SeqLen+1 tokens at random offsets drawn from Seed, and
+// takes one step of the trainer's shared Stepper. onEvent, when not nil,
+// receives an EventTrain after every update (Loss is that update's) and an
+// EventDone at the end. It returns the trained model; ctx is checked between
+// updates. A NaN or infinite loss or gradient stops the run with an error
+// wrapping trainer.ErrNonFinite.
+func Run(ctx context.Context, b mx.Backend, cfg Config, stream []int, onEvent func(trainer.Event)) (*inference.Model, Result, error) {
 	cfg.defaults()
 	var res Result
 	if err := cfg.validate(len(stream)); err != nil {
@@ -153,27 +150,22 @@ func Train(ctx context.Context, b mx.Backend, cfg Config, stream []int, progress
 	res.Params = ParamCount(m)
 	res.StreamSize = len(stream)
 	params := m.Params()
-
-	opt := optim.NewAdamW(optim.WarmupCosine(float32(cfg.LR), cfg.Warmup, cfg.Steps-cfg.Warmup, float32(cfg.MinLR)))
-	opt.Beta2 = 0.95
-	opt.BiasCorrection = true
-	opt.WeightDecay = cfg.WeightDecay
-	// Weight decay on matrices only: norms keep their scale. Two optimizers share
-	// the schedule, one with decay and one without.
-	optNoDecay := optim.NewAdamW(optim.WarmupCosine(float32(cfg.LR), cfg.Warmup, cfg.Steps-cfg.Warmup, float32(cfg.MinLR)))
-	optNoDecay.Beta2 = 0.95
-	optNoDecay.BiasCorrection = true
-	optNoDecay.WeightDecay = 0
+	st := trainer.Stepper{Bind: trainer.Weights(m), Optimizer: newOptimizer(cfg), ClipNorm: cfg.ClipNorm}
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	L, B := cfg.SeqLen, cfg.BatchSize
-	ids := make([]int32, B*L)
-	tgt := make([]int32, B*L)
-	mask := make([]float32, B*L)
-	for i := range mask {
-		mask[i] = 1
+	bt := data.Batch{B: B, L: L,
+		IDs:     make([]int32, B*L),   // (B, L)
+		Targets: make([]int32, B*L),   // (B, L)
+		Mask:    make([]float32, B*L), // (B, L) all learned
+		Lengths: make([]int32, B),
 	}
-	names, _ := optim.Flatten(params)
+	for i := range bt.Mask {
+		bt.Mask[i] = 1
+	}
+	for i := range bt.Lengths {
+		bt.Lengths[i] = int32(L)
+	}
 	start := time.Now()
 	var tail []float64
 	tailN := max(1, cfg.Steps/20)
@@ -184,79 +176,32 @@ func Train(ctx context.Context, b mx.Backend, cfg Config, stream []int, progress
 		for r := 0; r < B; r++ {
 			off := rng.IntN(len(stream) - L)
 			for j := 0; j < L; j++ {
-				ids[r*L+j] = int32(stream[off+j])
-				tgt[r*L+j] = int32(stream[off+j+1])
+				bt.IDs[r*L+j] = int32(stream[off+j])
+				bt.Targets[r*L+j] = int32(stream[off+j+1])
 			}
 		}
-		x := mx.FromData(b, mx.Int32, ids, B, L)
-		y := mx.FromData(b, mx.Int32, tgt, B, L)
-		w := mx.FromData(b, mx.Float32, mask, B, L)
-		_, xs := optim.Flatten(params)
-		outs, gs, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array {
-			mm, err := m.WithParams(optim.Unflatten(names, p))
-			if err != nil {
-				return []*mx.Array{mx.Errorf("%v", err)}
-			}
-			return []*mx.Array{mx.CrossEntropyMasked(mm.Forward(x, nil), y, w)}
-		}, xs)
+		sr, err := st.Step(ctx, params, []trainer.Batch{trainer.NextToken(bt)})
 		if err != nil {
-			return nil, res, err
-		}
-		loss, err := outs[0].Item()
-		if err != nil {
-			return nil, res, err
-		}
-		if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
-			return nil, res, fmt.Errorf("pretrain: loss is %v at step %d; try a lower learning rate", loss, step)
-		}
-		grads := optim.Unflatten(names, gs)
-		if cfg.ClipNorm > 0 {
-			grads, _ = optim.ClipGlobalNorm(grads, float32(cfg.ClipNorm))
-		}
-		decay, noDecay := map[string]*mx.Array{}, map[string]*mx.Array{}
-		gDecay, gNoDecay := map[string]*mx.Array{}, map[string]*mx.Array{}
-		for n, p := range params {
-			if p.Ndim() >= 2 {
-				decay[n], gDecay[n] = p, grads[n]
-			} else {
-				noDecay[n], gNoDecay[n] = p, grads[n]
+			if ctx.Err() != nil && !errors.Is(err, trainer.ErrNonFinite) {
+				return nil, res, fmt.Errorf("pretrain: stopped after step %d: %w", step-1, err)
 			}
+			return nil, res, fmt.Errorf("pretrain: %w", err)
 		}
-		lr := opt.LearningRate()
-		next, err := opt.Step(decay, gDecay)
-		if err != nil {
-			return nil, res, err
-		}
-		if len(noDecay) > 0 {
-			n2, err := optNoDecay.Step(noDecay, gNoDecay)
-			if err != nil {
-				return nil, res, err
-			}
-			for n, p := range n2 {
-				next[n] = p
-			}
-		}
-		vals := make([]*mx.Array, 0, len(next))
-		for _, p := range next {
-			vals = append(vals, p)
-		}
-		if err := mx.Eval(vals...); err != nil {
-			return nil, res, err
-		}
-		params = next
+		params = sr.Params
 		if step == 1 {
-			res.FirstLoss = float64(loss)
+			res.FirstLoss = sr.Loss
 		}
 		if step > cfg.Steps-tailN {
-			tail = append(tail, float64(loss))
+			tail = append(tail, sr.Loss)
 		}
 		res.Steps = step
-		res.Tokens += int64(B * L)
-		if progress != nil {
+		res.Tokens += sr.Tokens
+		if onEvent != nil {
 			el := time.Since(start)
-			progress(Progress{Step: step, Steps: cfg.Steps, Loss: float64(loss), LR: float64(lr),
-				TokensPerSec: float64(res.Tokens) / max(el.Seconds(), 1e-9), Elapsed: el,
-				ETA: time.Duration(float64(el) / float64(step) * float64(cfg.Steps-step))})
+			_, peak, _ := mx.Memory(b)
+			onEvent(trainer.Event{Kind: trainer.EventTrain, Step: step, Iters: cfg.Steps, Loss: sr.Loss, LR: sr.LR,
+				TokensPerSec: float64(res.Tokens) / max(el.Seconds(), 1e-9), Tokens: res.Tokens, Elapsed: el,
+				ETA: time.Duration(float64(el) / float64(step) * float64(cfg.Steps-step)), PeakMemory: peak})
 		}
 	}
 	res.Duration = time.Since(start)
@@ -268,7 +213,39 @@ func Train(ctx context.Context, b mx.Backend, cfg Config, stream []int, progress
 	if err != nil {
 		return nil, res, err
 	}
+	if onEvent != nil {
+		onEvent(trainer.Event{Kind: trainer.EventDone, Step: res.Steps, Iters: cfg.Steps, Elapsed: res.Duration})
+	}
 	return out, res, nil
+}
+
+// Progress is reported after every update.
+//
+// Deprecated: Run reports trainer.Events, the progress type every trainer
+// shares.
+type Progress struct {
+	Step, Steps  int
+	Loss         float64 // this update's mean next-token loss (nats)
+	LR           float64
+	TokensPerSec float64 // since the start
+	Elapsed      time.Duration
+	ETA          time.Duration
+}
+
+// Train is Run reporting Progress.
+//
+// Deprecated: use Run.
+func Train(ctx context.Context, b mx.Backend, cfg Config, stream []int, progress func(Progress)) (*inference.Model, Result, error) {
+	var onEvent func(trainer.Event)
+	if progress != nil {
+		onEvent = func(ev trainer.Event) {
+			if ev.Kind == trainer.EventTrain {
+				progress(Progress{Step: ev.Step, Steps: ev.Iters, Loss: ev.Loss, LR: ev.LR,
+					TokensPerSec: ev.TokensPerSec, Elapsed: ev.Elapsed, ETA: ev.ETA})
+			}
+		}
+	}
+	return Run(ctx, b, cfg, stream, onEvent)
 }
 
 // Save writes m as a Hugging Face model folder (config.json and

@@ -2,12 +2,14 @@ package pretrain
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu"
+	"github.com/inloop/inloop/training/trainer"
 )
 
 func tinyConfig() Config {
@@ -42,12 +44,26 @@ func cpu(t *testing.T) mx.Backend {
 func TestTrainLearnsAndIsDeterministic(t *testing.T) {
 	b := cpu(t)
 	var losses []float64
-	m, res, err := Train(context.Background(), b, tinyConfig(), stream(2000), func(p Progress) { losses = append(losses, p.Loss) })
+	var done int
+	m, res, err := Run(context.Background(), b, tinyConfig(), stream(2000), func(ev trainer.Event) {
+		switch ev.Kind {
+		case trainer.EventTrain:
+			losses = append(losses, ev.Loss)
+			if ev.Iters != 60 || ev.Tokens != int64(ev.Step*4*16) || !(ev.TokensPerSec > 0) {
+				t.Errorf("event %+v: want 60 iters, %d tokens and a speed", ev, ev.Step*4*16)
+			}
+		case trainer.EventDone:
+			done++
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(losses) != 60 || res.Steps != 60 || res.Tokens != 60*4*16 {
-		t.Fatalf("%d progress reports, result %+v", len(losses), res)
+	if len(losses) != 60 || done != 1 || res.Steps != 60 || res.Tokens != 60*4*16 {
+		t.Fatalf("%d progress reports, %d done, result %+v", len(losses), done, res)
+	}
+	if losses[0] != res.FirstLoss {
+		t.Errorf("first event's loss %v, result's first loss %v", losses[0], res.FirstLoss)
 	}
 	t.Logf("loss %.3f → %.3f, %d params", res.FirstLoss, res.FinalLoss, res.Params)
 	if res.FinalLoss > res.FirstLoss/3 {
@@ -68,12 +84,14 @@ func TestTrainLearnsAndIsDeterministic(t *testing.T) {
 			t.Errorf("%s did not change", name)
 		}
 	}
-	_, res2, err := Train(context.Background(), b, tinyConfig(), stream(2000), nil)
+	// The same seed gives the same run; the deprecated Train is Run.
+	var progress int
+	_, res2, err := Train(context.Background(), b, tinyConfig(), stream(2000), func(Progress) { progress++ })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res2.FinalLoss != res.FinalLoss {
-		t.Errorf("same seed, final loss %v then %v", res.FinalLoss, res2.FinalLoss)
+	if res2.FinalLoss != res.FinalLoss || progress != 60 {
+		t.Errorf("same seed, final loss %v then %v (%d progress reports)", res.FinalLoss, res2.FinalLoss, progress)
 	}
 
 	dir := t.TempDir()
@@ -92,15 +110,19 @@ func TestTrainLearnsAndIsDeterministic(t *testing.T) {
 func TestTrainRejectsBadInput(t *testing.T) {
 	b := cpu(t)
 	c := tinyConfig()
-	if _, _, err := Train(context.Background(), b, c, stream(10), nil); err == nil {
+	if _, _, err := Run(context.Background(), b, c, stream(10), nil); err == nil {
 		t.Error("a stream shorter than a window was accepted")
 	}
-	if _, _, err := Train(context.Background(), b, c, []int{99, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 1, 2}, nil); err == nil {
+	if _, _, err := Run(context.Background(), b, c, []int{99, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 1, 2}, nil); err == nil {
 		t.Error("a token outside the vocabulary was accepted")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := Train(ctx, b, c, stream(2000), nil); err == nil {
-		t.Error("a cancelled context did not stop the run")
+	if _, _, err := Run(ctx, b, c, stream(2000), nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled context: err = %v, want context.Canceled", err)
+	}
+	c.LR = 1e30 // the first update blows the weights up
+	if _, _, err := Run(context.Background(), b, c, stream(2000), nil); !errors.Is(err, trainer.ErrNonFinite) {
+		t.Errorf("a diverging run: err = %v, want trainer.ErrNonFinite", err)
 	}
 }
