@@ -13,11 +13,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
@@ -27,6 +25,7 @@ import (
 	"github.com/inloop/inloop/resources"
 	"github.com/inloop/inloop/training/bpe"
 	"github.com/inloop/inloop/training/pretrain"
+	"github.com/inloop/inloop/training/trainer"
 )
 
 func init() {
@@ -137,16 +136,17 @@ func buildDemoCmd(e *env, args []string) error {
 		Model: demoModelConfig(len(tr.Vocab), eos), Steps: *steps, BatchSize: demoBatch, SeqLen: demoSeqLen,
 		LR: demoPeakLR, MinLR: demoPeakLR / 10, Warmup: min(demoWarmup, *steps/10), ClipNorm: demoClip, Seed: *seed,
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	report := max(1, *steps/30)
 	var window float64
 	var n int
-	m, res, err := pretrain.Train(ctx, b, cfg, stream, func(p pretrain.Progress) {
+	m, res, err := pretrain.Run(e.ctx, b, cfg, stream, func(p trainer.Event) {
+		if p.Kind != trainer.EventTrain {
+			return
+		}
 		window += p.Loss
 		n++
-		if p.Step%report == 0 || p.Step == p.Steps || p.Step == 1 {
-			fmt.Fprintf(stdout, "step %d/%d: loss %.3f, lr %.2e, %.0f tok/s, elapsed %s, ETA %s\n", p.Step, p.Steps, window/float64(n),
+		if p.Step%report == 0 || p.Step == p.Iters || p.Step == 1 {
+			fmt.Fprintf(stdout, "step %d/%d: loss %.3f, lr %.2e, %.0f tok/s, elapsed %s, ETA %s\n", p.Step, p.Iters, window/float64(n),
 				p.LR, p.TokensPerSec, p.Elapsed.Round(time.Second), p.ETA.Round(time.Second))
 			window, n = 0, 0
 		}

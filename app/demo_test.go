@@ -153,20 +153,13 @@ func TestDemoLoRALearns(t *testing.T) {
 		Iters: iters, BatchSize: 4, LearningRate: 5e-4, NumLayers: -1, Rank: 8,
 		MaxSeqLength: 64, StepsPerReport: 1, StepsPerEval: -1, SaveEvery: -1, Seed: 1,
 	}
-	events := make(chan trainer.Event, 16)
 	var losses []float64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range events {
-			if ev.Kind == trainer.EventTrain {
-				losses = append(losses, ev.Loss)
-			}
-		}
-	}()
 	start := time.Now()
-	res, err := trainer.Train(t.Context(), cfg, events)
-	<-done
+	res, err := trainer.Run(t.Context(), cfg, func(ev trainer.Event) {
+		if ev.Kind == trainer.EventTrain {
+			losses = append(losses, ev.Loss)
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,19 +46,12 @@ func (w *Workspace) startTrain(ctx context.Context, run store.Run, spec TrainSpe
 	}
 	cfg := spec.Config
 	cfg.Model = info.Path
-	cfg.Backend = w.Backend.Name()
+	cfg.BackendImpl = w.Backend
 	return w.start(ctx, run, func(ctx context.Context, runID int64, emit func(Progress)) (any, string, error) {
-		events := make(chan trainer.Event, 16)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for ev := range events {
-				w.recordTrainEvent(ctx, runID, ev)
-				emit(trainProgress(ev))
-			}
-		}()
-		res, err := trainer.Train(ctx, cfg, events)
-		<-done
+		res, err := trainer.Run(ctx, cfg, func(ev trainer.Event) {
+			w.recordTrainEvent(ctx, runID, ev)
+			emit(trainProgress(ev))
+		})
 		result := trainResult(res)
 		if err != nil {
 			return result, res.AdapterPath, err

@@ -62,6 +62,11 @@ func Errorf(format string, args ...any) *Array {
 
 func errArray(err error) *Array { return &Array{err: err} }
 
+// ErrorArray returns an array that carries err unchanged, so a caller's error
+// raised inside a function given to ValueAndGrad comes back out of it with its
+// errors.Is chain and its own words.
+func ErrorArray(err error) *Array { return errArray(err) }
+
 // Wrap makes an Array from a backend handle. Backends use it to return arrays
 // from their own abilities (Grader); everyone else uses the ops.
 func Wrap(b Backend, h Handle, shape []int, dt DType) *Array {

@@ -219,35 +219,6 @@ func Run(ctx context.Context, b mx.Backend, cfg Config, stream []int, onEvent fu
 	return out, res, nil
 }
 
-// Progress is reported after every update.
-//
-// Deprecated: Run reports trainer.Events, the progress type every trainer
-// shares.
-type Progress struct {
-	Step, Steps  int
-	Loss         float64 // this update's mean next-token loss (nats)
-	LR           float64
-	TokensPerSec float64 // since the start
-	Elapsed      time.Duration
-	ETA          time.Duration
-}
-
-// Train is Run reporting Progress.
-//
-// Deprecated: use Run.
-func Train(ctx context.Context, b mx.Backend, cfg Config, stream []int, progress func(Progress)) (*inference.Model, Result, error) {
-	var onEvent func(trainer.Event)
-	if progress != nil {
-		onEvent = func(ev trainer.Event) {
-			if ev.Kind == trainer.EventTrain {
-				progress(Progress{Step: ev.Step, Steps: ev.Iters, Loss: ev.Loss, LR: ev.LR,
-					TokensPerSec: ev.TokensPerSec, Elapsed: ev.Elapsed, ETA: ev.ETA})
-			}
-		}
-	}
-	return Run(ctx, b, cfg, stream, onEvent)
-}
-
 // Save writes m as a Hugging Face model folder (config.json and
 // model.safetensors) with its weights rounded to dtype (mx.Float32 or
 // mx.BFloat16), which config.json's torch_dtype then names.

@@ -84,9 +84,13 @@ func TestTrainLearnsAndIsDeterministic(t *testing.T) {
 			t.Errorf("%s did not change", name)
 		}
 	}
-	// The same seed gives the same run; the deprecated Train is Run.
+	// The same seed gives the same run.
 	var progress int
-	_, res2, err := Train(context.Background(), b, tinyConfig(), stream(2000), func(Progress) { progress++ })
+	_, res2, err := Run(context.Background(), b, tinyConfig(), stream(2000), func(ev trainer.Event) {
+		if ev.Kind == trainer.EventTrain {
+			progress++
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

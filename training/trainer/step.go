@@ -222,7 +222,7 @@ func (s *Stepper) gradient(names []string, xs []*mx.Array, params map[string]*mx
 		if err != nil {
 			// mlxbridge has no exported constructor for an array carrying an
 			// error as it is; %w keeps the chain under its "mlxbridge: " prefix.
-			return []*mx.Array{mx.Errorf("%w", err)}
+			return []*mx.Array{mx.ErrorArray(err)}
 		}
 		return []*mx.Array{bt.Loss(m, traced)}
 	}, xs)

@@ -84,24 +84,6 @@ func Run(ctx context.Context, cfg Config, onEvent func(Event)) (Result, error) {
 	return r.res, err
 }
 
-// Train is Run reporting on a channel, which it closes when it returns; a
-// send waits for the receiver or ctx.
-//
-// Deprecated: use Run; its callback is the one convention every trainer
-// reports with.
-func Train(ctx context.Context, cfg Config, events chan<- Event) (Result, error) {
-	if events == nil {
-		return Run(ctx, cfg, nil)
-	}
-	defer close(events)
-	return Run(ctx, cfg, func(ev Event) {
-		select {
-		case events <- ev:
-		case <-ctx.Done():
-		}
-	})
-}
-
 func (r *run) run() error {
 	cfg := r.cfg
 	b := cfg.BackendImpl

@@ -219,18 +219,11 @@ func TestCancelKeepsCheckpoint(t *testing.T) {
 	cfg.Iters, cfg.SaveEvery = 1000, 3
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := make(chan Event)
-	done := make(chan error)
-	go func() {
-		_, err := Train(ctx, cfg, ch)
-		done <- err
-	}()
-	for ev := range ch {
+	_, err := Run(ctx, cfg, func(ev Event) {
 		if ev.Kind == EventCheckpoint {
 			cancel()
 		}
-	}
-	err := <-done
+	})
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "step-000003") {
 		t.Fatalf("err = %v", err)
 	}
