@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -270,18 +268,14 @@ func ParseConfig(data []byte) (Config, error) {
 
 // ReadConfig reads dir/config.json.
 func ReadConfig(dir string) (Config, error) {
-	f, err := os.Open(filepath.Join(dir, "config.json"))
+	path := filepath.Join(dir, "config.json")
+	data, err := readCapped(path, maxConfigBytes)
 	if err != nil {
-		return Config{}, fmt.Errorf("inference: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
-	if err != nil {
-		return Config{}, fmt.Errorf("inference: %s: %w", f.Name(), err)
+		return Config{}, err
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
-		return cfg, fmt.Errorf("%s: %w", f.Name(), err)
+		return cfg, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
 }

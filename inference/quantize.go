@@ -3,8 +3,9 @@ package inference
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/inloop/inloop/internal/atomicfile"
+	"github.com/inloop/inloop/internal/capped"
 	"io"
 	"os"
 	"path/filepath"
@@ -217,7 +218,7 @@ func QuantizeModel(srcDir, dstDir string, bits, groupSize int) (QuantizeReport, 
 		return rep, fmt.Errorf("inference: quantize: %w", err)
 	}
 	// A file system that cannot sync folders (os.ErrInvalid) still has the rename.
-	if err := safetensors.SyncDir(filepath.Dir(filepath.Clean(dstDir))); err != nil && !errors.Is(err, os.ErrInvalid) {
+	if err := atomicfile.SyncDir(filepath.Dir(filepath.Clean(dstDir))); err != nil {
 		return rep, fmt.Errorf("inference: quantize: sync %s: %w", filepath.Dir(dstDir), err)
 	}
 	rep.Duration = time.Since(start)
@@ -377,42 +378,17 @@ func copyFile(src, dst string) (err error) {
 
 // writeFileAtomic writes data to path through a synced temporary file and a rename.
 func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("inference: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("inference: write %s: %w", path, err)
 	}
 	return nil
 }
 
+// readCapped reads a small file (a config) whole, refusing one over limit bytes.
 func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := capped.ReadFile(path, limit)
 	if err != nil {
 		return nil, fmt.Errorf("inference: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("inference: %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("inference: %s is larger than %d bytes", path, limit)
 	}
 	return data, nil
 }

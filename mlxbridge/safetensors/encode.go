@@ -210,9 +210,3 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 	}
 	return nil
 }
-
-// SyncDir is atomicfile.SyncDir, kept while inference/quantize.go still calls
-// it from here.
-//
-// Deprecated: use internal/atomicfile.SyncDir.
-func SyncDir(dir string) error { return atomicfile.SyncDir(dir) }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inloop/inloop/internal/atomicfile"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -238,7 +239,7 @@ func Save(m *inference.Model, dir string, dtype mx.DType) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
 		return err
 	}
 	arrays := map[string]*mx.Array{}
