@@ -13,35 +13,26 @@ import (
 	"time"
 
 	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/inferencetest"
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu"
 	"github.com/inloop/inloop/training/checkpoint"
 	"github.com/inloop/inloop/training/optim"
 )
 
-// tinyModelDir writes a small random-weight llama with a real byte-level BPE
-// tokenizer (vocabulary 302) into dir.
+// tinyModelDir writes the shared tiny test model (inferencetest) into
+// dir/model, a fixed place, because the kill test's child process writes it too.
 func tinyModelDir(t testing.TB, dir string) string {
 	t.Helper()
 	b, err := mx.Open("cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := inference.Config{
-		ModelType: "llama", HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 16, RMSNormEps: 1e-5,
-		RopeTheta: 10000, VocabSize: 302, TieWordEmbeddings: true, MaxPositionEmbeddings: 512,
-		EOSTokenID: inference.TokenIDs{301},
-	}
 	model := filepath.Join(dir, "model")
-	if err := inference.SaveModel(inference.NewRandom(cfg, 1, b), model); err != nil {
+	if err := inference.SaveModel(inference.NewRandom(inferencetest.Config(), 1, b), model); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := os.ReadFile("../../inference/tokenizer/testdata/tiny_bytelevel.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(model, "tokenizer.json"), tok, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(model, "tokenizer.json"), inferencetest.TokenizerJSON(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return model
