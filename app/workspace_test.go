@@ -178,3 +178,35 @@ func TestInterruptedRunResumes(t *testing.T) {
 		t.Error("a done run resumed again")
 	}
 }
+
+// "demo" names the bundled model in every command, as the README promises.
+func TestDemoNameEverywhere(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains and quantizes the demo model")
+	}
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := Main(append(args, "--data-dir", dir, "--backend", "cpu"), &out, &errb); code != 0 {
+			t.Fatalf("%v exited %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	run("train", "--model", "demo", "--data", tinyData(t), "--iters", "2", "--batch-size", "2", "--max-seq-length", "32", "--steps-per-eval", "-1")
+	if out := run("quantize", "--model", "demo", "--bits", "8"); !strings.Contains(out, "perplexity:") {
+		t.Errorf("quantize output:\n%s", out)
+	}
+	fused := filepath.Join(t.TempDir(), "fused")
+	if out := run("fuse", "--model", "demo", "--save-path", fused); !strings.Contains(out, "Fused") {
+		t.Errorf("fuse output:\n%s", out)
+	}
+	// The quantized and fused copies are remembered by name.
+	out := run("generate", "--model", "demo-8bit", "--prompt", "The", "--raw", "--max-tokens", "3", "--stats=false")
+	if out == "" {
+		t.Error("the quantized demo generated nothing")
+	}
+	if out := run("runs"); strings.Count(out, "done") != 2 {
+		t.Errorf("runs lists:\n%s", out)
+	}
+}
