@@ -89,26 +89,19 @@ func (w *Workspace) recordTrainEvent(ctx context.Context, runID int64, ev traine
 	}
 }
 
+var trainPhases = map[trainer.EventKind]Phase{
+	trainer.EventInfo: PhaseInfo, trainer.EventWarning: PhaseWarning, trainer.EventTrain: PhaseTrain, trainer.EventVal: PhaseVal,
+	trainer.EventTest: PhaseTest, trainer.EventCheckpoint: PhaseCheckpoint, trainer.EventDone: PhaseInfo,
+}
+
 func trainProgress(ev trainer.Event) Progress {
 	p := Progress{Step: ev.Step, Steps: ev.Iters, Loss: ev.Loss, ValLoss: ev.ValLoss, TestLoss: ev.TestLoss, LR: ev.LR,
 		TokensPerSec: ev.TokensPerSec, Tokens: ev.Tokens, PeakMemory: ev.PeakMemory, ETA: ev.ETA, Path: ev.Path, Message: ev.Message}
-	switch ev.Kind {
-	case trainer.EventInfo:
-		p.Phase = PhaseInfo
-	case trainer.EventWarning:
-		p.Phase = PhaseWarning
-	case trainer.EventTrain:
-		p.Phase = PhaseTrain
-	case trainer.EventVal:
-		p.Phase = PhaseVal
-	case trainer.EventTest:
-		p.Phase = PhaseTest
-	case trainer.EventCheckpoint:
-		p.Phase = PhaseCheckpoint
-	case trainer.EventDone:
-		p.Phase = PhaseInfo
+	p.Phase = trainPhases[ev.Kind]
+	if ev.Kind == trainer.EventDone {
 		p.Message = "training finished; adapter saved to " + ev.Path
-	default:
+	}
+	if p.Phase == "" {
 		p.Phase = PhaseInfo
 	}
 	return p

@@ -34,6 +34,16 @@ func tinyData(t *testing.T) string {
 	return data
 }
 
+// tinyTrainSpec trains the tiny model for iters steps, reporting and saving
+// every report and save steps.
+func tinyTrainSpec(t *testing.T, iters, report, save int) TrainSpec {
+	spec := TrainSpec{}
+	spec.Model, spec.Data = tinyModelDir(t), tinyData(t)
+	spec.Iters, spec.BatchSize, spec.LearningRate, spec.NumLayers, spec.Rank = iters, 2, 1e-3, 1, 2
+	spec.StepsPerReport, spec.SaveEvery, spec.Seed = report, save, 1
+	return spec
+}
+
 func TestRegistryResolvesNamesTheSameWay(t *testing.T) {
 	ctx := context.Background()
 	w := openTestWorkspace(t, t.TempDir())
@@ -72,11 +82,7 @@ func TestTrainJobIsRecorded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	w := openTestWorkspace(t, dir)
-	spec := TrainSpec{}
-	spec.Model, spec.Data = tinyModelDir(t), tinyData(t)
-	spec.Iters, spec.BatchSize, spec.LearningRate, spec.NumLayers, spec.Rank = 6, 2, 1e-3, 1, 2
-	spec.StepsPerReport, spec.SaveEvery, spec.Seed = 2, 3, 1
-	job, err := w.StartTrain(ctx, spec)
+	job, err := w.StartTrain(ctx, tinyTrainSpec(t, 6, 2, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +135,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	w := openTestWorkspace(t, dir)
-	spec := TrainSpec{}
-	spec.Model, spec.Data = tinyModelDir(t), tinyData(t)
-	spec.Iters, spec.BatchSize, spec.LearningRate, spec.NumLayers, spec.Rank = 8, 2, 1e-3, 1, 2
-	spec.StepsPerReport, spec.SaveEvery, spec.Seed = 1, 2, 1
-	job, err := w.StartTrain(ctx, spec)
+	job, err := w.StartTrain(ctx, tinyTrainSpec(t, 8, 1, 2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,25 +195,15 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
+	o := c.options().withDefaults()
+	c.Iters, c.BatchSize, c.GradAccumulation, c.StepsPerReport = o.Iters, o.BatchSize, o.GradAccumulation, o.StepsPerReport
+	c.StepsPerEval, c.ValBatches, c.MaxSeqLength = o.StepsPerEval, o.ValBatches, o.MaxSeqLength
+	c.LearningRate, c.Optimizer = o.LearningRate, o.Optimizer
+	if c.TestBatches == 0 {
+		c.TestBatches = DefaultTestBatches
 	}
-	def(&c.Iters, DefaultIters)
-	def(&c.BatchSize, DefaultBatchSize)
-	def(&c.GradAccumulation, DefaultGradAccumulation)
-	def(&c.StepsPerReport, DefaultStepsPerReport)
-	def(&c.StepsPerEval, DefaultStepsPerEval)
-	def(&c.ValBatches, DefaultValBatches)
-	def(&c.TestBatches, DefaultTestBatches)
-	def(&c.SaveEvery, DefaultSaveEvery)
-	def(&c.MaxSeqLength, DefaultMaxSeqLength)
-	if c.LearningRate == 0 {
-		c.LearningRate = DefaultLearningRate
-	}
-	if c.Optimizer == "" {
-		c.Optimizer = "adam"
+	if c.SaveEvery == 0 {
+		c.SaveEvery = DefaultSaveEvery
 	}
 	if c.Backend == "" {
 		c.Backend = "auto"
