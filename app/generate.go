@@ -97,7 +97,7 @@ func (r *runner) reply(ctx context.Context, sess *inference.Session, msgs []chat
 	return r.rep.Reply(ctx, sess, msgs, r.opts, onText)
 }
 
-func printStats(w io.Writer, st inference.Stats) { fmt.Fprintf(w, "\n[%s]\n", st) }
+func printStats(w io.Writer, st inference.Stats) { fmt.Fprintf(w, "\n%s\n", st) }
 
 func generate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
