@@ -78,3 +78,27 @@ func TestChatCommandReadsStdin(t *testing.T) {
 		t.Errorf("stored %d messages, want 4", len(msgs))
 	}
 }
+
+func TestFeedbackIsStored(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	c, err := w.StartChat(ctx, ChatSpec{Model: tinyModelDir(t), MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := c.Send(ctx, "hi", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AddFeedback(ctx, turn.MessageID, -1, "say hello back"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AddFeedback(ctx, turn.MessageID, 0, ""); err == nil {
+		t.Error("a thumb of 0 was accepted")
+	}
+	fb, err := w.Store.Feedback(ctx, turn.MessageID)
+	if err != nil || len(fb) != 1 || fb[0].Thumb != -1 || fb[0].Correction != "say hello back" {
+		t.Errorf("feedback %+v, %v", fb, err)
+	}
+}
