@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu" // registers the "cpu" backend
 	_ "github.com/inloop/inloop/mlxbridge/mlx" // registers "mlx" where libmlxc loads
@@ -79,7 +81,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err == flag.ErrHelp {
 			return 0
 		}
-		fmt.Fprintf(stderr, "inloop %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "inloop %s: %s\n", name, userMessage(err))
 		return 1
 	}
 	return 0
@@ -176,3 +178,32 @@ func doctor(e *env, args []string) error {
 	}
 	return nil
 }
+
+// userMessage is err as one sentence for a person: the chain of package prefixes
+// ("inference: forward: mlxbridge: ...") that wrapping builds is for errors.Is,
+// not for reading. An error in the chain that speaks for itself (a
+// *inference.ContextError) is used as it is.
+func userMessage(err error) string {
+	var ce *inference.ContextError
+	if errors.As(err, &ce) {
+		msg := ce.Error()
+		if errors.Is(err, ErrChatFull) {
+			msg = ErrChatFull.Error() + ": " + msg
+		}
+		return msg
+	}
+	parts := strings.Split(err.Error(), ": ")
+	kept := parts[:0]
+	for i, p := range parts {
+		if i < len(parts)-1 && packagePrefixes[p] {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, ": ")
+}
+
+// packagePrefixes are the words our packages put before their errors.
+var packagePrefixes = map[string]bool{"inference": true, "mlxbridge": true, "trainer": true, "lora": true, "store": true,
+	"checkpoint": true, "data": true, "safetensors": true, "tokenizer": true, "chat": true, "hub": true, "quant": true,
+	"pretrain": true, "forward": true, "reply": true, "app": true}

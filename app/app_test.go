@@ -2,8 +2,12 @@ package app
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/inloop/inloop/inference"
 )
 
 func TestDoctor(t *testing.T) {
@@ -36,5 +40,16 @@ func TestDefaultJob(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "self-check") || !strings.Contains(out.String(), "demo model continues") {
 		t.Errorf("default job output:\n%s", out.String())
+	}
+}
+
+func TestUserMessageDropsPackagePrefixes(t *testing.T) {
+	err := fmt.Errorf("inference: forward: %w", fmt.Errorf("mlxbridge: %w", errors.New("inference: the metadata: field is bad")))
+	if got, want := userMessage(err), "the metadata: field is bad"; got != want {
+		t.Errorf("userMessage = %q, want %q", got, want)
+	}
+	ce := fmt.Errorf("inference: reply: %w", &inference.ContextError{Tokens: 600, Limit: 512})
+	if got, want := userMessage(ce), "the prompt is 600 tokens and this model reads at most 512"; got != want {
+		t.Errorf("userMessage = %q, want %q", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -20,7 +21,18 @@ type ChatSpec struct {
 	MaxTokens int // 0: 512
 	Sampling  inference.SampleOptions
 	Raw       bool // continue the text as is, without the chat template
+	// StopWhenFull makes a turn that no longer fits the model's context fail with
+	// ErrChatFull instead of dropping the oldest turns.
+	StopWhenFull bool
 }
+
+// ErrChatFull is returned by Send when the conversation no longer fits the model's
+// context and the chat was started with StopWhenFull.
+var ErrChatFull = errors.New("the conversation no longer fits the model's context")
+
+// DroppedNotice is what a person is told, once per chat, when older turns stop
+// fitting the model's context.
+const DroppedNotice = "older messages no longer fit the model's context and were dropped"
 
 // ChatSession is one conversation: its messages are stored as they happen, the
 // model's KV cache is reused across turns, and the adapter version of each reply
@@ -39,6 +51,8 @@ type ChatSession struct {
 	msgs  []chat.Message
 	opts  inference.ReplyOptions
 	raw   bool
+	stop  bool // StopWhenFull
+	told  bool // the dropped-turns notice was given
 }
 
 // Turn is one reply.
@@ -46,6 +60,8 @@ type Turn struct {
 	MessageID int64 // the stored reply
 	Text      string
 	Stats     inference.Stats
+	Dropped   int    // messages dropped from the front of the conversation before this turn
+	Notice    string // DroppedNotice the first time turns are dropped in this chat
 }
 
 // StartChat opens a new conversation and records it.
@@ -81,7 +97,7 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if err != nil {
 		return nil, err
 	}
-	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw,
+	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull,
 		opts: inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw}}
 	if spec.System != "" {
 		c.msgs = append(c.msgs, chat.Message{Role: "system", Content: spec.System})
@@ -108,25 +124,76 @@ func (c *ChatSession) Messages() []chat.Message {
 func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)) (Turn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var turn Turn
+	msgs := append(c.msgs[:len(c.msgs):len(c.msgs)], chat.Message{Role: "user", Content: text})
+	var ids []int
+	if !c.raw {
+		var err error
+		if ids, msgs, turn.Dropped, err = c.fit(msgs); err != nil {
+			return turn, err // nothing stored: the chat goes on as it was
+		}
+	}
 	store := c.w.Store
 	if _, err := store.AddMessage(ctx, storeMessage(c.ID, "user", text, 0, nil)); err != nil {
-		return Turn{}, err
+		return turn, err
 	}
-	c.msgs = append(c.msgs, chat.Message{Role: "user", Content: text})
-	var reply string
-	var st inference.Stats
+	if turn.Dropped > 0 && !c.told {
+		turn.Notice, c.told = DroppedNotice, true
+	}
+	c.msgs = msgs
 	var err error
 	if c.raw {
-		reply, st, err = c.rep.ReplyText(ctx, c.sess, text, c.opts, onText)
+		turn.Text, turn.Stats, err = c.rep.ReplyText(ctx, c.sess, text, c.opts, onText)
 	} else {
-		reply, st, err = c.rep.Reply(ctx, c.sess, c.msgs, c.opts, onText)
+		turn.Text, turn.Stats, err = c.rep.ReplyTokens(ctx, c.sess, ids, c.opts, onText)
 	}
-	c.msgs = append(c.msgs, chat.Message{Role: "assistant", Content: reply})
-	id, serr := store.AddMessage(context.WithoutCancel(ctx), storeMessage(c.ID, "assistant", reply, int(st.AdapterVersion), replyStats(st)))
+	c.msgs = append(c.msgs, chat.Message{Role: "assistant", Content: turn.Text})
+	var serr error
+	turn.MessageID, serr = store.AddMessage(context.WithoutCancel(ctx), storeMessage(c.ID, "assistant", turn.Text, int(turn.Stats.AdapterVersion), replyStats(turn.Stats)))
 	if err == nil {
 		err = serr
 	}
-	return Turn{MessageID: id, Text: reply, Stats: st}, err
+	return turn, err
+}
+
+// fit renders msgs and, while the prompt leaves too little room for a reply in the
+// model's context, drops the oldest turn: never the system prompt, never the turn
+// being asked. It returns the prompt, the messages kept and how many were dropped.
+// A last turn that cannot fit even alone is refused with both numbers.
+func (c *ChatSession) fit(msgs []chat.Message) ([]int, []chat.Message, int, error) {
+	limit := c.model.ContextLength()
+	reserve := max(1, min(c.opts.MaxTokens, limit/4)) // room kept for the reply
+	dropped := 0
+	for {
+		ids, err := c.rep.Prompt(msgs, c.opts.Render)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if limit <= 0 || len(ids)+reserve <= limit {
+			return ids, msgs, dropped, nil
+		}
+		first := 0
+		if msgs[0].Role == "system" {
+			first = 1
+		}
+		if first >= len(msgs)-1 { // only the turn being asked is left
+			if len(ids) < limit {
+				return ids, msgs, dropped, nil // it fits; the reply may stop at the limit
+			}
+			return nil, nil, 0, fmt.Errorf("%w: this message needs %d tokens and the model reads at most %d", ErrChatFull, len(ids), limit)
+		}
+		if c.stop {
+			return nil, nil, 0, fmt.Errorf("%w (%d tokens of %d)", ErrChatFull, len(ids), limit)
+		}
+		// Drop one whole exchange: the oldest message and everything up to the
+		// next user message.
+		end := first + 1
+		for end < len(msgs)-1 && msgs[end].Role != "user" {
+			end++
+		}
+		msgs = append(msgs[:first:first], msgs[end:]...)
+		dropped += end - first
+	}
 }
 
 // Reset forgets the conversation (not the stored messages) and the KV cache.

@@ -3,10 +3,15 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/mlxbridge/cpu"
 )
 
 func TestChatSessionStoresTurnsAndReusesCache(t *testing.T) {
@@ -100,5 +105,99 @@ func TestFeedbackIsStored(t *testing.T) {
 	fb, err := w.Store.Feedback(ctx, turn.MessageID)
 	if err != nil || len(fb) != 1 || fb[0].Thumb != -1 || fb[0].Correction != "say hello back" {
 		t.Errorf("feedback %+v, %v", fb, err)
+	}
+}
+
+// Fifty turns on the demo model, whose context is 512 tokens: older turns are
+// dropped (with one notice), the chat never fails, the KV cache stays within the
+// context, and a reply after a drop is what a fresh session gives.
+func TestFiftyTurnChatSurvivesTheContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 50-turn chat")
+	}
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	c, err := w.StartChat(ctx, ChatSpec{Model: "demo", System: "You answer questions about hackers.", MaxTokens: 40, Sampling: inference.SampleOptions{Temperature: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.Model().Config()
+	limit := c.Model().ContextLength()
+	fullCache := int64(2*cfg.NumHiddenLayers*cfg.NumKeyValueHeads*cfg.Head()*4) * int64(limit)
+	notices, drops, checked := 0, 0, false
+	var early int64
+	for i := range 50 {
+		turn, err := c.Send(ctx, fmt.Sprintf("Question %d: what does a hacker do with a computer all day?", i), nil)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if turn.Notice != "" {
+			notices++
+		}
+		if turn.Stats.KVBytes > fullCache {
+			t.Fatalf("turn %d: KV cache %d bytes, more than a full context's %d", i, turn.Stats.KVBytes, fullCache)
+		}
+		if turn.Dropped > 0 {
+			drops++
+			if !checked {
+				checked = true
+				msgs := c.Messages()
+				fresh, _, err := c.rep.Reply(ctx, nil, msgs[:len(msgs)-1], c.opts, nil)
+				if err != nil || fresh != turn.Text {
+					t.Errorf("after a drop the chat replied %q, a fresh session %q (%v)", turn.Text, fresh, err)
+				}
+			}
+		}
+		if i == 10 {
+			early = liveArrays()
+		}
+	}
+	if notices != 1 || drops < 10 {
+		t.Errorf("%d notices and %d turns with drops, want 1 notice and many drops", notices, drops)
+	}
+	if late := liveArrays(); late > early+early/2+(1<<20) {
+		t.Errorf("live arrays grew from %d bytes at turn 10 to %d at turn 50", early, late)
+	}
+	msgs, _ := w.Store.Messages(ctx, c.ID)
+	if len(msgs) != 101 {
+		t.Errorf("stored %d messages, want all 101", len(msgs))
+	}
+}
+
+func liveArrays() int64 {
+	for range 3 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	a, _, _ := cpu.MemoryDetail()
+	return a
+}
+
+func TestTooLongMessageIsRefusedAndTheChatGoesOn(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Send(ctx, strings.Repeat("hacker ", 600), nil)
+	if !errors.Is(err, ErrChatFull) || !strings.Contains(err.Error(), "at most 512") {
+		t.Fatalf("a 600-word message: %v", err)
+	}
+	if _, err := c.Send(ctx, "hello", nil); err != nil {
+		t.Fatalf("the chat did not go on: %v", err)
+	}
+	if n := len(c.Messages()); n != 2 {
+		t.Errorf("%d messages in the conversation, want the 2 of the turn that fit", n)
+	}
+}
+
+func TestGenerateRefusesAPromptLongerThanTheContext(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main([]string{"generate", "--data-dir", t.TempDir(), "--backend", "cpu", "--model", "demo", "--raw", "--prompt", strings.Repeat("hacker ", 700)}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "tokens and this model reads at most 512") || strings.Contains(errb.String(), "inference:") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 }

@@ -188,8 +188,18 @@ func chatCmd(e *env, args []string) error {
 		ctx, stop := signal.NotifyContext(e.ctx, os.Interrupt) // Ctrl-C stops this reply only
 		turn, err := c.Send(ctx, line, func(s string) { io.WriteString(stdout, s) })
 		stop()
-		if err != nil && !errors.Is(err, context.Canceled) {
+		switch {
+		case errors.Is(err, ErrChatFull) || errors.Is(err, inference.ErrContextFull):
+			fmt.Fprintf(stderr, "(%s; the conversation goes on)\n", userMessage(err))
+			continue
+		case err != nil && !errors.Is(err, context.Canceled):
 			return err
+		}
+		if turn.Notice != "" {
+			fmt.Fprintf(stderr, "\n(%s)", turn.Notice)
+		}
+		if turn.Stats.StopReason == inference.StopContext {
+			fmt.Fprint(stderr, "\n(the reply reached the end of the model's context)")
 		}
 		if g.stats {
 			printStats(stderr, turn.Stats)

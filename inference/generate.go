@@ -61,6 +61,9 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 		}
 	}
 	defer func() { st.KVBytes, st.AdapterVersion = sess.cache.Bytes(), sess.version }()
+	if err := sess.m.checkContext(len(prompt)); err != nil {
+		return st, err
+	}
 	if err := ctx.Err(); err != nil {
 		st.StopReason = StopCancelled
 		return st, err
