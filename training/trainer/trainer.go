@@ -18,7 +18,6 @@ import (
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
-	"github.com/inloop/inloop/inference/tokenizer"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/training/checkpoint"
 	"github.com/inloop/inloop/training/data"
@@ -272,87 +271,21 @@ func (r *run) keptMessage() string {
 	return "the last good checkpoint is " + r.lastCheckpoint
 }
 
-// loadData reads cfg.Data and builds the training batcher.
+// loadData reads cfg.Data into the run's splits.
 func (r *run) loadData() error {
-	cfg := r.cfg
-	tok, err := tokenizer.Load(cfg.Model)
-	if err != nil {
-		return err
-	}
-	eos := -1
-	if ids := tok.EOS(); len(ids) > 0 {
-		eos = ids[0]
-	} else if mc := r.m.Config(); len(mc.StopTokens()) > 0 {
-		eos = mc.StopTokens()[0]
-	}
-	opt := data.Options{Tokenizer: tok, AppendEOS: eos >= 0, EOS: eos}
-	if tmpl, err := chat.LoadTemplate(cfg.Model); err == nil {
-		opt.Renderer = renderer{tmpl}
-	} else {
-		r.warn("chat template: %v (chat rows will be refused)", err)
-	}
-	if eos >= 0 {
-		r.padID = int32(eos)
-	}
-	st, err := os.Stat(cfg.Data)
-	if err != nil {
-		return fmt.Errorf("trainer: data: %w", err)
-	}
-	var rep *data.Report
-	switch {
-	case st.IsDir() && data.IsSplitDir(cfg.Data):
-		var sp *data.Splits
-		sp, rep, err = data.LoadSplits(cfg.Data, opt)
-		if err == nil {
-			if sp.Train == nil {
-				err = fmt.Errorf("trainer: %s has no train.jsonl", cfg.Data)
-			} else {
-				r.train = sp.Train.Examples
-				if sp.Valid != nil {
-					r.valid = sp.Valid.Examples
-				}
-				if sp.Test != nil {
-					r.test = sp.Test.Examples
-				}
-			}
+	d, err := LoadDataset(r.cfg.Model, r.cfg.Data, r.cfg.ChunkSize, r.cfg.MaxSeqLength)
+	if d != nil {
+		for _, w := range d.Warnings {
+			r.warn("%s", w)
 		}
-	case st.IsDir():
-		size := cfg.ChunkSize
-		if size == 0 {
-			size = min(data.DefaultChunkOptions.Size, cfg.MaxSeqLength)
-		}
-		co := data.ChunkOptions{Size: size, Overlap: size / 8}
-		if id, ok := tok.BOS(); ok {
-			co.Prefix = []int{id}
-		}
-		var c *data.Corpus
-		if c, err = data.NewCorpus(cfg.Data, tok, co); err == nil {
-			if _, err = c.Scan(); err == nil {
-				r.train = c.Examples()
-				for _, s := range c.Skipped() {
-					r.warn("skipped %s", s.Error())
-				}
-				if len(r.train) == 0 {
-					err = fmt.Errorf("trainer: %s: %w", cfg.Data, data.ErrNoExamples)
-				}
-			}
-		}
-		if err == nil {
-			r.info("documents: %d files, %d chunks of up to %d tokens", len(c.Files()), len(r.train), size)
-		}
-	default:
-		var set *data.Set
-		set, rep, err = data.LoadJSONL(cfg.Data, opt)
-		if err == nil {
-			r.train = set.Examples
-		}
-	}
-	if rep != nil && (len(rep.Issues) > 0 || len(rep.Warnings) > 0) {
-		r.warn("data: %s", rep.String())
 	}
 	if err != nil {
 		return err
 	}
+	if d.Kind == DataDocuments {
+		r.info("documents: %d files, %d chunks of up to %d tokens", d.Files, len(d.Train), d.ChunkSize)
+	}
+	r.train, r.valid, r.test, r.padID = d.Train, d.Valid, d.Test, d.PadID
 	return nil
 }
 
