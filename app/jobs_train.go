@@ -29,7 +29,7 @@ func (w *Workspace) StartTrain(ctx context.Context, spec TrainSpec) (*Job, error
 	}
 	spec.Model = info.Path // names can be reused; the folder is the identity
 	if spec.AdapterPath == "" {
-		spec.AdapterPath = w.path("adapters", fmt.Sprintf("%s-%s", safeName(info.Name), time.Now().Format("20060102-150405")))
+		spec.AdapterPath = w.path("adapters", fmt.Sprintf("%s-%s", safeName(info.Name), stamp()))
 	}
 	params, err := json.Marshal(spec)
 	if err != nil {
@@ -135,3 +135,6 @@ func safeName(s string) string {
 	}
 	return string(b)
 }
+
+// stamp names things made now: 20261201-174502.
+func stamp() string { return time.Now().Format("20060102-150405") }

@@ -4,17 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/inloop/inloop/internal/atomicfile"
 	"io"
-	"maps"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/inloop/inloop/inference"
-	"github.com/inloop/inloop/training/lora"
 	"github.com/inloop/inloop/training/trainer"
 )
 
@@ -22,9 +16,6 @@ func init() {
 	register(command{name: "train", summary: "fine-tune a model with LoRA (QLoRA on a quantized model) on a JSONL file or a folder of documents", run: trainCmd})
 	register(command{name: "fuse", summary: "fold a LoRA adapter into its model and write the result as a model folder", run: fuseCmd})
 }
-
-// modelSideFiles are copied from the base model folder into a fused one.
-var modelSideFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"}
 
 func fuseCmd(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -45,63 +36,11 @@ func fuseCmd(e *env, args []string) error {
 		return err
 	}
 	defer w.Close()
-	m, info, err := w.LoadModel(e.ctx, *model)
+	fused, err := w.Fuse(e.ctx, FuseSpec{Model: *model, Adapter: *adapter, Out: *save, Dequantize: *dequantize})
 	if err != nil {
 		return err
 	}
-	*model = info.Path
-	if *adapter == "" {
-		a, err := w.Store.LatestAdapter(e.ctx, info.Name)
-		if err != nil {
-			return fmt.Errorf("model %s has no adapter yet; name one with --adapter-path: %w", info.Name, err)
-		}
-		*adapter = a.Path
-	}
-	if _, err := inference.LoadAdapter(m, *adapter); err != nil {
-		return err
-	}
-	paths, err := lora.Fuse(m, lora.FuseOptions{Dequantize: *dequantize})
-	if err != nil {
-		return err
-	}
-	if err := inference.SaveModel(m, *save); err != nil {
-		return err
-	}
-	if cfg := m.Config(); *dequantize && cfg.Quantization != nil {
-		// The fused layers are dense now: say so per module, as mlx-lm's
-		// mixed-precision configs do.
-		q := *cfg.Quantization
-		q.Overrides = maps.Clone(q.Overrides)
-		if q.Overrides == nil {
-			q.Overrides = map[string]*inference.QuantParams{}
-		}
-		for _, p := range paths {
-			q.Overrides[p] = nil
-		}
-		cfg.Quantization = &q
-		raw, err := cfg.JSON()
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(*save, "config.json"), raw, 0o644); err != nil {
-			return err
-		}
-	}
-	for _, f := range modelSideFiles {
-		raw, err := os.ReadFile(filepath.Join(*model, f))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		} else if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(*save, f), raw, 0o644); err != nil {
-			return err
-		}
-	}
-	if _, err := w.RegisterModel(e.ctx, *save, "", "fused"); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "Fused %d adapted layers; model written to %s\n", len(paths), *save)
+	fmt.Fprintf(stdout, "Fused %d adapted layers; model written to %s\n", fused.Layers, fused.Path)
 	return nil
 }
 
