@@ -74,6 +74,35 @@ func BenchmarkParseHeader(b *testing.B) {
 	}
 }
 
+// BenchmarkParseHeader100k parses the header of a valid but adversarial file:
+// 100,000 one-element tensors (a ~7 MB header). Opening it must stay linear in
+// the header and lean in memory: well under a second and 100 MB.
+func BenchmarkParseHeader100k(b *testing.B) {
+	raw := manyTensors(b, 100_000)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// manyTensors encodes n one-element F32 tensors with model-like names.
+func manyTensors(tb testing.TB, n int) []byte {
+	tb.Helper()
+	ts := make([]Tensor, n)
+	four := make([]byte, 4)
+	for i := range ts {
+		ts[i] = Tensor{Name: fmt.Sprintf("model.layers.%d.mlp.experts.%d.down_proj.weight", i/1000, i%1000), DType: DTypeF32, Shape: []int{1, 1}, Data: four}
+	}
+	var buf bytes.Buffer
+	if err := Encode(&buf, ts, map[string]string{"format": "pt"}); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 func BenchmarkFloat32sBF16(b *testing.B) {
 	raw := fill(2<<20, 3)
 	b.SetBytes(int64(len(raw)))

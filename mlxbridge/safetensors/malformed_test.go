@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -78,6 +79,18 @@ func TestParseRejects(t *testing.T) {
 		{"metadata not object", withLength(`{"__metadata__":"v"}`), `__metadata__ is string "v", not an object`},
 		{"metadata duplicate key", withLength(`{"__metadata__":{"k":"a","k":"b"}}`), `duplicate __metadata__ key "k"`},
 		{"long name is cut short", withLength(`{"` + strings.Repeat("n", 5000) + `":1}`), `nnn"...: entry`},
+		{"lone high surrogate in a name", withLength(`{"a\ud800":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`), `lone UTF-16 surrogate \ud800`},
+		{"lone low surrogate in a name", withLength(`{"\udc00b":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`), `lone UTF-16 surrogate \udc00`},
+		{"surrogates equal to U+FFFD", withLength(`{"\ud800":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"\ufffd":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`), "lone UTF-16 surrogate"},
+		{"bad escape", withLength(`{"a\x":1}`), "invalid header JSON"},
+		{"control character in a name", withLength("{\"a\tb\":1}"), "invalid header JSON"},
+		{"trailing comma", withLength(`{` + entry("a", "U8", "[0]", "[0,0]") + `,}`), "invalid header JSON"},
+		{"trailing comma in shape", withLength(`{` + entry("a", "U8", "[0,]", "[0,0]") + `}`), "invalid header JSON in shape"},
+		{"missing comma", withLength(`{` + entry("a", "U8", "[0]", "[0,0]") + entry("b", "U8", "[0]", "[0,0]") + `}`), "invalid header JSON"},
+		{"leading zero", withLength(`{` + entry("a", "U8", "[01]", "[0,1]") + `}`), "invalid header JSON"},
+		{"unclosed unknown field", withLength(`{"a":{"x":[1,{"y":2]`), "reading field \"x\""},
+		{"unknown field nested past the limit", withLength(`{"a":{"x":` + strings.Repeat("[", maxSkipDepth+1) + strings.Repeat("]", maxSkipDepth+1) + `}}`), "nested more than"},
+		{"duplicate among many", withLength(`{` + entry("b", "U8", "[0]", "[0,0]") + `,` + entry("a", "U8", "[0]", "[0,0]") + `,` + entry("b", "U8", "[0]", "[0,0]") + `}`), `duplicate header key "b"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,6 +126,10 @@ func TestParseAccepts(t *testing.T) {
 		{"out of name order", withLength(`{`+entry("b", "U8", "[1]", "[0,1]")+`,`+entry("a", "U8", "[1]", "[1,2]")+`}`, 7, 8), []string{"a", "b"}},
 		{"only empty tensors", withLength(`{` + entry("a", "U8", "[0]", "[0,0]") + `,` + entry("b", "U8", "[0]", "[0,0]") + `}`), []string{"a", "b"}},
 		{"escaped name", withLength(`{"\u00e9\n":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 7), []string{"é\n"}},
+		{"every escape", withLength(`{"\"\\\/\b\f\n\r\t\u0041\ud83d\ude00":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 7), []string{"\"\\/\b\f\n\r\tA😀"}},
+		{"unknown field nested deep", withLength(`{"a":{"x":`+strings.Repeat(`[{"k":`, 500)+`1`+strings.Repeat(`}]`, 500)+`,"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 7), []string{"a"}},
+		{"literals in an unknown field", withLength(`{"a":{"x":[true,false,null,-1.5e+3,"s",{}],"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 7), []string{"a"}},
+		{"whitespace everywhere", withLength("{ \"a\" : { \"dtype\" : \"U8\" , \"shape\" : [ 1 ] , \"data_offsets\" : [ 0 , 1 ] } }", 7), []string{"a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,5 +141,26 @@ func TestParseAccepts(t *testing.T) {
 				t.Errorf("Names() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A valid header with 100,000 tiny tensors is parsed in one linear pass:
+// the old token-by-token decoder took about 200 MB (and seconds on a slow
+// machine). BenchmarkParseHeader100k times it.
+func TestParseManyTensorsLean(t *testing.T) {
+	raw := manyTensors(t, 100_000)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f, err := Parse(raw)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Len() != 100_000 {
+		t.Fatalf("got %d tensors, want 100000", f.Len())
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 100<<20 {
+		t.Errorf("parsing allocated %d MB, want under 100 MB", got>>20)
 	}
 }

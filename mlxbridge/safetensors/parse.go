@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"math"
 	"slices"
-	"strconv"
 	"unicode/utf8"
 )
 
@@ -48,19 +45,26 @@ func (p parser) parse(buf []byte) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	f := &File{path: p.path, buf: buf, data: data, infos: make(map[string]TensorInfo, len(infos)), metadata: meta}
+	for _, ti := range infos {
+		if _, dup := f.infos[ti.Name]; dup {
+			return nil, p.errorf("", nil, "duplicate header key %s", quoteName(ti.Name))
+		}
+		f.infos[ti.Name] = ti
+	}
 	if err := p.validateLayout(infos, int64(len(data))); err != nil {
 		return nil, err
 	}
-	f := &File{path: p.path, buf: buf, data: data, infos: make(map[string]TensorInfo, len(infos)), metadata: meta}
-	for _, ti := range infos {
-		f.infos[ti.Name] = ti
-		f.names = append(f.names, ti.Name)
+	f.names = make([]string, len(infos))
+	for i, ti := range infos {
+		f.names[i] = ti.Name
 	}
 	slices.Sort(f.names)
 	return f, nil
 }
 
-// parseHeader walks the JSON header token by token: encoding/json's map
+// parseHeader reads the JSON header in one pass (see scanner). It walks the
+// entries itself rather than decoding into a map: encoding/json's map
 // decoding would let a second entry with the same name silently replace the
 // first, and a hostile file could use that to show different readers
 // different tensors.
@@ -71,94 +75,111 @@ func (p parser) parseHeader(header []byte) ([]TensorInfo, map[string]string, err
 	if len(header) == 0 || header[0] != '{' {
 		return nil, nil, p.errorf("", nil, "header does not start with '{'")
 	}
-	dec := json.NewDecoder(bytes.NewReader(header))
-	dec.UseNumber()
-	if err := p.expectDelim(dec, '{', "", "header"); err != nil {
-		return nil, nil, err
-	}
+	s := &scanner{b: header, i: 1}
 	var (
-		infos []TensorInfo
-		meta  map[string]string
-		seen  = make(map[string]bool)
+		// Every entry has a "data_offsets" key, so counting them sizes the
+		// list once instead of regrowing it (names holding the text only
+		// make it larger, never more than the header's length allows).
+		infos   = make([]TensorInfo, 0, bytes.Count(header, []byte(`"data_offsets"`)))
+		meta    map[string]string
+		hasMeta bool
+		scratch = make([]int64, maxRank) // the integers of one shape or data_offsets
 	)
-	for dec.More() {
-		key, err := p.key(dec, "")
+	for first := true; ; first = false {
+		more, err := s.next('}', first)
+		if err != nil {
+			return nil, nil, p.errorf("", err, "invalid header JSON")
+		}
+		if !more {
+			break
+		}
+		key, err := p.key(s, "")
 		if err != nil {
 			return nil, nil, err
 		}
-		if seen[key] {
-			return nil, nil, p.errorf("", nil, "duplicate header key %s", quoteName(key))
-		}
-		seen[key] = true
+		// Duplicate tensor names are caught by parse, as it indexes them.
 		if key == metadataKey {
-			if meta, err = p.parseMetadata(dec); err != nil {
+			if hasMeta {
+				return nil, nil, p.errorf("", nil, "duplicate header key %s", quoteName(key))
+			}
+			hasMeta = true
+			if meta, err = p.parseMetadata(s); err != nil {
 				return nil, nil, err
 			}
 			continue
 		}
-		ti, err := p.parseEntry(dec, key)
+		ti, err := p.parseEntry(s, key, scratch)
 		if err != nil {
 			return nil, nil, err
 		}
 		infos = append(infos, ti)
 	}
-	if err := p.expectDelim(dec, '}', "", "header"); err != nil {
-		return nil, nil, err
-	}
-	if tok, err := dec.Token(); err == nil {
-		return nil, nil, p.errorf("", nil, "unexpected %s after the header object", tokString(tok))
-	} else if err != io.EOF {
-		return nil, nil, p.errorf("", err, "unexpected data after the header object")
+	if !s.atEnd() {
+		if c := s.peek(); c == '"' || c == '{' || c == '[' {
+			return nil, nil, p.errorf("", nil, "unexpected %s after the header object", s.describe())
+		}
+		return nil, nil, p.errorf("", s.syntax("after the header object"), "unexpected data after the header object")
 	}
 	return infos, meta, nil
 }
 
 // parseMetadata reads the __metadata__ object, a flat string-to-string map
 // (or null, which the reference reads as no metadata).
-func (p parser) parseMetadata(dec *json.Decoder) (map[string]string, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, p.errorf("", err, "reading __metadata__")
+func (p parser) parseMetadata(s *scanner) (map[string]string, error) {
+	if save := s.i; s.peek() == 'n' {
+		if w, _ := s.literal(); w == "null" {
+			return nil, nil
+		}
+		s.i = save
 	}
-	if tok == nil {
-		return nil, nil
-	}
-	if tok != json.Delim('{') {
-		return nil, p.errorf("", nil, "__metadata__ is %s, not an object", tokString(tok))
+	if !s.delim('{') {
+		return nil, p.errorf("", nil, "__metadata__ is %s, not an object", s.describe())
 	}
 	meta := make(map[string]string)
-	for dec.More() {
-		key, err := p.key(dec, "")
+	for first := true; ; first = false {
+		more, err := s.next('}', first)
+		if err != nil {
+			return nil, p.errorf("", err, "invalid header JSON in __metadata__")
+		}
+		if !more {
+			return meta, nil
+		}
+		key, err := p.key(s, "")
 		if err != nil {
 			return nil, err
 		}
 		if _, dup := meta[key]; dup {
 			return nil, p.errorf("", nil, "duplicate __metadata__ key %s", quoteName(key))
 		}
-		tok, err := dec.Token()
+		if s.peek() != '"' {
+			return nil, p.errorf("", nil, "__metadata__ value for key %s is not a string", quoteName(key))
+		}
+		v, err := s.str()
 		if err != nil {
 			return nil, p.errorf("", err, "reading __metadata__ key %s", quoteName(key))
 		}
-		v, ok := tok.(string)
-		if !ok {
-			return nil, p.errorf("", nil, "__metadata__ value for key %s is not a string", quoteName(key))
-		}
 		meta[key] = v
 	}
-	return meta, p.expectDelim(dec, '}', "", "__metadata__")
 }
 
 // parseEntry reads one tensor's {"dtype", "shape", "data_offsets"} object.
 // Other fields are skipped, as the reference does.
-func (p parser) parseEntry(dec *json.Decoder, name string) (TensorInfo, error) {
+func (p parser) parseEntry(s *scanner, name string, scratch []int64) (TensorInfo, error) {
 	ti := TensorInfo{Name: name}
-	if err := p.expectDelim(dec, '{', name, "entry"); err != nil {
-		return ti, err
+	if !s.delim('{') {
+		return ti, p.delimError(s, name, "entry", '{')
 	}
-	var offsets []int64
-	var haveDType, haveShape bool
-	for dec.More() {
-		field, err := p.key(dec, name)
+	var offsets [2]int64
+	var haveDType, haveShape, haveOffsets bool
+	for first := true; ; first = false {
+		more, err := s.next('}', first)
+		if err != nil {
+			return ti, p.errorf(name, err, "invalid header JSON in entry")
+		}
+		if !more {
+			break
+		}
+		field, err := p.key(s, name)
 		if err != nil {
 			return ti, err
 		}
@@ -166,27 +187,26 @@ func (p parser) parseEntry(dec *json.Decoder, name string) (TensorInfo, error) {
 		switch field {
 		case "dtype":
 			dup, haveDType = haveDType, true
-			tok, err := dec.Token()
+			if s.peek() != '"' {
+				return ti, p.errorf(name, nil, "dtype is %s, not a string", s.describe())
+			}
+			v, err := s.strBytes()
 			if err != nil {
 				return ti, p.errorf(name, err, "reading dtype")
 			}
-			s, ok := tok.(string)
-			if !ok {
-				return ti, p.errorf(name, nil, "dtype is %s, not a string", tokString(tok))
-			}
-			if ti.DType = DType(s); ti.DType.Size() == 0 {
-				return ti, p.errorf(name, nil, "unknown dtype %s", quoteName(s))
+			if ti.DType = lookupDType(v); ti.DType == "" {
+				return ti, p.errorf(name, nil, "unknown dtype %s", quoteName(string(v)))
 			}
 		case "shape":
 			dup, haveShape = haveShape, true
-			dims, err := p.ints(dec, name, "shape")
+			dims, err := p.ints(s, name, "shape", scratch)
 			if err != nil {
 				return ti, err
 			}
 			ti.Shape = make([]int, len(dims))
 			for i, d := range dims {
 				if d < 0 {
-					return ti, p.errorf(name, nil, "negative dimension %d in shape %v", d, dims)
+					return ti, p.errorf(name, nil, "negative dimension %d in shape %v", d, slices.Clone(dims))
 				}
 				if int64(int(d)) != d {
 					return ti, p.errorf(name, nil, "dimension %d does not fit in an int", d)
@@ -194,16 +214,17 @@ func (p parser) parseEntry(dec *json.Decoder, name string) (TensorInfo, error) {
 				ti.Shape[i] = int(d)
 			}
 		case "data_offsets":
-			dup = offsets != nil
-			if offsets, err = p.ints(dec, name, "data_offsets"); err != nil {
+			dup, haveOffsets = haveOffsets, true
+			vals, err := p.ints(s, name, "data_offsets", scratch)
+			if err != nil {
 				return ti, err
 			}
-			if offsets == nil {
-				offsets = []int64{}
+			if len(vals) != 2 {
+				return ti, p.errorf(name, nil, "data_offsets has %d values, want 2", len(vals))
 			}
+			offsets = [2]int64{vals[0], vals[1]}
 		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
+			if err := s.skip(); err != nil {
 				return ti, p.errorf(name, err, "reading field %s", quoteName(field))
 			}
 		}
@@ -211,18 +232,13 @@ func (p parser) parseEntry(dec *json.Decoder, name string) (TensorInfo, error) {
 			return ti, p.errorf(name, nil, "duplicate field %q", field)
 		}
 	}
-	if err := p.expectDelim(dec, '}', name, "entry"); err != nil {
-		return ti, err
-	}
 	switch {
 	case !haveDType:
 		return ti, p.errorf(name, nil, "missing dtype")
 	case !haveShape:
 		return ti, p.errorf(name, nil, "missing shape")
-	case offsets == nil:
+	case !haveOffsets:
 		return ti, p.errorf(name, nil, "missing data_offsets")
-	case len(offsets) != 2:
-		return ti, p.errorf(name, nil, "data_offsets has %d values, want 2", len(offsets))
 	case offsets[0] < 0 || offsets[1] < 0:
 		return ti, p.errorf(name, nil, "negative data_offsets %v", offsets)
 	}
@@ -230,57 +246,85 @@ func (p parser) parseEntry(dec *json.Decoder, name string) (TensorInfo, error) {
 	return ti, nil
 }
 
-// ints reads a JSON array of integers, at most maxRank long.
-func (p parser) ints(dec *json.Decoder, name, what string) ([]int64, error) {
-	if err := p.expectDelim(dec, '[', name, what); err != nil {
-		return nil, err
+// ints reads a JSON array of integers, at most maxRank long, into buf, and
+// returns the part of buf it filled.
+func (p parser) ints(s *scanner, name, what string, buf []int64) ([]int64, error) {
+	if !s.delim('[') {
+		return nil, p.delimError(s, name, what, '[')
 	}
-	var out []int64
-	for dec.More() {
-		if len(out) == maxRank {
+	n := 0
+	for first := true; ; first = false {
+		more, err := s.next(']', first)
+		if err != nil {
+			return nil, p.errorf(name, err, "invalid header JSON in %s", what)
+		}
+		if !more {
+			break
+		}
+		if n == maxRank {
 			return nil, p.errorf(name, nil, "%s has more than %d values", what, maxRank)
 		}
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, p.errorf(name, err, "reading %s", what)
+		if c := s.peek(); c != '-' && (c < '0' || c > '9') {
+			return nil, p.errorf(name, nil, "%s holds %s, not an integer", what, s.describe())
 		}
-		num, ok := tok.(json.Number)
+		num, err := s.num()
+		if err != nil {
+			return nil, p.errorf(name, err, "invalid header JSON in %s", what)
+		}
+		v, ok := parseInt64(num)
 		if !ok {
-			return nil, p.errorf(name, nil, "%s holds %s, not an integer", what, tokString(tok))
+			return nil, p.errorf(name, nil, "%s holds %s, not a 64-bit integer", what, tokString(string(num)))
 		}
-		v, err := strconv.ParseInt(string(num), 10, 64)
-		if err != nil {
-			return nil, p.errorf(name, nil, "%s holds %s, not a 64-bit integer", what, tokString(num))
-		}
-		out = append(out, v)
+		buf[n] = v
+		n++
 	}
-	return out, p.expectDelim(dec, ']', name, what)
+	return buf[:n], nil
 }
 
-func (p parser) key(dec *json.Decoder, tensor string) (string, error) {
-	tok, err := dec.Token()
+// parseInt64 reads a JSON number's text as an int64; a fraction, an exponent
+// or a value out of range is not one.
+func parseInt64(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' || u > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	switch {
+	case !neg && u <= math.MaxInt64:
+		return int64(u), true
+	case neg && u <= 1<<63:
+		return int64(-u), true
+	}
+	return 0, false
+}
+
+// key reads an object key and the colon after it.
+func (p parser) key(s *scanner, tensor string) (string, error) {
+	k, err := s.str()
+	if err == nil {
+		err = s.colon()
+	}
 	if err != nil {
 		return "", p.errorf(tensor, err, "invalid header JSON")
 	}
-	key, ok := tok.(string)
-	if !ok { // encoding/json only yields strings in key position; kept for safety
-		return "", p.errorf(tensor, nil, "invalid header JSON: key %s is not a string", tokString(tok))
-	}
-	return key, nil
+	return k, nil
 }
 
-func (p parser) expectDelim(dec *json.Decoder, want json.Delim, tensor, what string) error {
-	tok, err := dec.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return p.errorf(tensor, err, "invalid header JSON in %s", what)
+// delimError reports that what does not open with want.
+func (p parser) delimError(s *scanner, tensor, what string, want byte) error {
+	if s.atEnd() {
+		return p.errorf(tensor, errEnd, "invalid header JSON in %s", what)
 	}
-	if tok != want {
-		return p.errorf(tensor, nil, "%s: got %s, want %q", what, tokString(tok), string(want))
-	}
-	return nil
+	return p.errorf(tensor, nil, "%s: got %s, want %q", what, s.describe(), string(want))
 }
 
 // validateLayout checks each tensor's byte range against its dtype and
@@ -302,8 +346,12 @@ func (p parser) validateLayout(infos []TensorInfo, dataLen int64) error {
 			return p.errorf(ti.Name, nil, "data_offsets span %d bytes, but %s%v needs %d", ti.End-ti.Begin, ti.DType, ti.Shape, want)
 		}
 	}
-	sorted := slices.Clone(infos)
-	slices.SortFunc(sorted, func(a, b TensorInfo) int {
+	order := make([]int32, len(infos)) // sorting indices moves 4 bytes per swap, not 72
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(i, j int32) int {
+		a, b := &infos[i], &infos[j]
 		if c := cmp.Compare(a.Begin, b.Begin); c != 0 {
 			return c
 		}
@@ -311,7 +359,8 @@ func (p parser) validateLayout(infos []TensorInfo, dataLen int64) error {
 	})
 	var pos int64
 	prev := ""
-	for _, ti := range sorted {
+	for _, k := range order {
+		ti := &infos[k]
 		if ti.Begin < pos {
 			return p.errorf(ti.Name, nil, "data_offsets [%d,%d] overlap tensor %s, which ends at %d", ti.Begin, ti.End, quoteName(prev), pos)
 		}
@@ -326,21 +375,11 @@ func (p parser) validateLayout(infos []TensorInfo, dataLen int64) error {
 	return nil
 }
 
-// tokString renders a JSON token for an error message. Numbers and strings
-// in a hostile header can be megabytes long, so only their start is shown.
-func tokString(tok any) string {
-	switch t := tok.(type) {
-	case string:
-		return "string " + quoteName(t)
-	case json.Number:
-		if len(t) > maxNameInErr {
-			return string(t[:maxNameInErr]) + "..."
-		}
-		return string(t)
-	case json.Delim:
-		return strconv.Quote(string(t))
-	case nil:
-		return "null"
+// tokString renders a number's text for an error message. Numbers in a
+// hostile header can be megabytes long, so only their start is shown.
+func tokString(num string) string {
+	if len(num) > maxNameInErr {
+		return num[:maxNameInErr] + "..."
 	}
-	return fmt.Sprint(tok)
+	return num
 }

@@ -3,7 +3,7 @@
 //
 // Model files come from anywhere — a download, a USB stick, a folder the user
 // picked — so the reader treats every byte as hostile: the header length is
-// capped, the JSON header is walked token by token (so duplicate keys are
+// capped, the JSON header is read in one linear pass (so duplicate keys are
 // caught rather than silently overwritten), every dtype, shape and offset is
 // checked with overflow-safe arithmetic, and the tensors must tile the data
 // region exactly, as the reference implementation requires. A malformed file
@@ -65,6 +65,17 @@ var dtypeSizes = map[DType]int{
 	DTypeI16: 2, DTypeU16: 2, DTypeF16: 2, DTypeBF16: 2,
 	DTypeI32: 4, DTypeU32: 4, DTypeF32: 4,
 	DTypeF64: 8, DTypeI64: 8, DTypeU64: 8,
+}
+
+// lookupDType returns the known dtype spelled b, or "" (without making a
+// string of b: a header names one per tensor).
+func lookupDType(b []byte) DType {
+	for d := range dtypeSizes {
+		if string(b) == string(d) {
+			return d
+		}
+	}
+	return ""
 }
 
 // Size is the number of bytes per element, or 0 for a dtype this package

@@ -1,11 +1,8 @@
 package safetensors
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -124,20 +121,25 @@ func parseIndex(raw []byte, path string) (map[string]string, error) {
 	if !utf8.Valid(raw) {
 		return nil, p.errorf("", nil, "index is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := p.expectDelim(dec, '{', "", "index"); err != nil {
-		return nil, err
+	sc := &scanner{b: raw}
+	if !sc.delim('{') {
+		return nil, p.delimError(sc, "", "index", '{')
 	}
 	var weightMap map[string]string
-	for dec.More() {
-		key, err := p.key(dec, "")
+	for first := true; ; first = false {
+		more, err := sc.next('}', first)
+		if err != nil {
+			return nil, p.errorf("", err, "invalid header JSON in index")
+		}
+		if !more {
+			break
+		}
+		key, err := p.key(sc, "")
 		if err != nil {
 			return nil, err
 		}
 		if key != "weight_map" {
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
+			if err := sc.skip(); err != nil {
 				return nil, p.errorf("", err, "reading %s", quoteName(key))
 			}
 			continue
@@ -145,23 +147,29 @@ func parseIndex(raw []byte, path string) (map[string]string, error) {
 		if weightMap != nil {
 			return nil, p.errorf("", nil, "duplicate weight_map")
 		}
-		if err := p.expectDelim(dec, '{', "", "weight_map"); err != nil {
-			return nil, err
+		if !sc.delim('{') {
+			return nil, p.delimError(sc, "", "weight_map", '{')
 		}
 		weightMap = make(map[string]string)
-		for dec.More() {
-			name, err := p.key(dec, "")
+		for first := true; ; first = false {
+			more, err := sc.next('}', first)
+			if err != nil {
+				return nil, p.errorf("", err, "invalid header JSON in weight_map")
+			}
+			if !more {
+				break
+			}
+			name, err := p.key(sc, "")
 			if err != nil {
 				return nil, err
 			}
-			tok, err := dec.Token()
-			if err != nil {
-				return nil, p.errorf(name, err, "reading weight_map entry")
+			if sc.peek() != '"' {
+				return nil, p.errorf(name, nil, "weight_map value is %s, not a file name", sc.describe())
 			}
-			shard, ok := tok.(string)
+			shard, err := sc.str()
 			switch {
-			case !ok:
-				return nil, p.errorf(name, nil, "weight_map value is %s, not a file name", tokString(tok))
+			case err != nil:
+				return nil, p.errorf(name, err, "reading weight_map entry")
 			case !validShardName(shard):
 				return nil, p.errorf(name, nil, "shard name %s is not a plain file name in the model folder", quoteName(shard))
 			}
@@ -170,15 +178,9 @@ func parseIndex(raw []byte, path string) (map[string]string, error) {
 			}
 			weightMap[name] = shard
 		}
-		if err := p.expectDelim(dec, '}', "", "weight_map"); err != nil {
-			return nil, err
-		}
 	}
-	if err := p.expectDelim(dec, '}', "", "index"); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, p.errorf("", err, "unexpected data after the index object")
+	if !sc.atEnd() {
+		return nil, p.errorf("", sc.syntax("after the index object"), "unexpected data after the index object")
 	}
 	if weightMap == nil {
 		return nil, p.errorf("", nil, "index has no weight_map")
