@@ -29,7 +29,7 @@ type golden struct {
 }
 
 // hfMessage converts a message in Hugging Face's JSON shape to a Message.
-func hfMessage(t *testing.T, raw json.RawMessage) Message {
+func hfMessage(t testing.TB, raw json.RawMessage) Message {
 	t.Helper()
 	var m struct {
 		Role             string `json:"role"`
@@ -151,3 +151,46 @@ func firstDifference(got, want string) string {
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// BenchmarkGoldens renders every conversation of testdata/conversations.json
+// once per iteration: the cost of real templates, which the render budget
+// must not change.
+func BenchmarkGoldens(b *testing.B) {
+	var conv struct {
+		Cases []goldenCase `json:"cases"`
+	}
+	data, err := os.ReadFile(filepath.Join("testdata", "conversations.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &conv); err != nil {
+		b.Fatal(err)
+	}
+	type job struct {
+		tmpl *Template
+		msgs []Message
+		opts RenderOptions
+	}
+	var jobs []job
+	for _, c := range conv.Cases {
+		tmpl, err := LoadTemplate(filepath.Join("testdata", "models", c.Model))
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs := make([]Message, len(c.Messages))
+		for i, raw := range c.Messages {
+			msgs[i] = hfMessage(b, raw)
+		}
+		opts := RenderOptions{AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking, Extra: c.Extra, Now: time.Unix(0, 0)}
+		if len(c.Tools) > 0 && string(c.Tools) != "null" {
+			opts.ToolsJSON = c.Tools
+		}
+		jobs = append(jobs, job{tmpl, msgs, opts})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, j := range jobs {
+			j.tmpl.Render(j.msgs, j.opts)
+		}
+	}
+}

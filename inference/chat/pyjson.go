@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf16"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/inloop/inloop/inference/chat/internal/jinja"
 )
 
 // pyTojson is transformers' tojson filter:

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/inloop/inloop/inference/chat/internal/jinja"
 )
 
 // Message is one turn of a conversation, in the shape chat templates read.
