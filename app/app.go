@@ -81,7 +81,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err == flag.ErrHelp {
 			return 0
 		}
-		fmt.Fprintf(stderr, "inloop %s: %s\n", name, userMessage(err))
+		fmt.Fprintf(stderr, "inloop %s: %s\n", name, UserMessage(err))
 		return 1
 	}
 	return 0
@@ -179,11 +179,11 @@ func doctor(e *env, args []string) error {
 	return nil
 }
 
-// userMessage is err as one sentence for a person: the chain of package prefixes
+// UserMessage is err as one sentence for a person: the chain of package prefixes
 // ("inference: forward: mlxbridge: ...") that wrapping builds is for errors.Is,
 // not for reading. An error in the chain that speaks for itself (a
 // *inference.ContextError) is used as it is.
-func userMessage(err error) string {
+func UserMessage(err error) string {
 	var ce *inference.ContextError
 	if errors.As(err, &ce) {
 		msg := ce.Error()

@@ -45,11 +45,11 @@ func TestDefaultJob(t *testing.T) {
 
 func TestUserMessageDropsPackagePrefixes(t *testing.T) {
 	err := fmt.Errorf("inference: forward: %w", fmt.Errorf("mlxbridge: %w", errors.New("inference: the metadata: field is bad")))
-	if got, want := userMessage(err), "the metadata: field is bad"; got != want {
-		t.Errorf("userMessage = %q, want %q", got, want)
+	if got, want := UserMessage(err), "the metadata: field is bad"; got != want {
+		t.Errorf("UserMessage = %q, want %q", got, want)
 	}
 	ce := fmt.Errorf("inference: reply: %w", &inference.ContextError{Tokens: 600, Limit: 512})
-	if got, want := userMessage(ce), "the prompt is 600 tokens and this model reads at most 512"; got != want {
-		t.Errorf("userMessage = %q, want %q", got, want)
+	if got, want := UserMessage(ce), "the prompt is 600 tokens and this model reads at most 512"; got != want {
+		t.Errorf("UserMessage = %q, want %q", got, want)
 	}
 }

@@ -190,7 +190,7 @@ func chatCmd(e *env, args []string) error {
 		stop()
 		switch {
 		case errors.Is(err, ErrChatFull) || errors.Is(err, inference.ErrContextFull):
-			fmt.Fprintf(stderr, "(%s; the conversation goes on)\n", userMessage(err))
+			fmt.Fprintf(stderr, "(%s; the conversation goes on)\n", UserMessage(err))
 			continue
 		case err != nil && !errors.Is(err, context.Canceled):
 			return err

@@ -1,0 +1,309 @@
+package ui
+
+import (
+	"fmt"
+	"strconv"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/dialog"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+
+	"github.com/inloop/inloop/app"
+	"github.com/inloop/inloop/inference"
+)
+
+// chatScreen: pick a model (and adapter), talk to it with streamed replies, see
+// what each reply cost and what the conversation holds in the KV cache, and give a
+// thumb up or down on every reply.
+type chatScreen struct {
+	u       *UI
+	content fyne.CanvasObject
+
+	model, adapter *widget.Select
+	temp           *widget.Slider
+	tempLabel      *widget.Label
+	maxTokens      *widget.Entry
+	system         *widget.Entry
+
+	list   *fyne.Container // the messages
+	scroll *container.Scroll
+	input  *submitEntry
+	send   *widget.Button
+	kv     *widget.ProgressBar
+	status *widget.Label
+
+	session  *app.ChatSession
+	adapters map[string]string // adapter picker label -> folder
+	busy     bool
+}
+
+func newChatScreen(u *UI) *chatScreen {
+	c := &chatScreen{u: u, adapters: map[string]string{}}
+	c.model = widget.NewSelect(nil, func(string) { c.refreshAdapters(); c.newChat() })
+	c.adapter = widget.NewSelect(nil, func(string) { c.newChat() })
+	c.temp = widget.NewSlider(0, 1.5)
+	c.temp.Step = 0.05
+	c.temp.SetValue(0.7)
+	c.tempLabel = widget.NewLabel("0.70")
+	c.temp.OnChanged = func(v float64) { c.tempLabel.SetText(fmt.Sprintf("%.2f", v)) }
+	c.temp.OnChangeEnded = func(float64) { c.newChat() }
+	c.maxTokens = widget.NewEntry()
+	c.maxTokens.SetText("256")
+	c.system = widget.NewMultiLineEntry()
+	c.system.SetPlaceHolder("System prompt (optional)")
+	c.system.SetMinRowsVisible(2)
+
+	c.list = container.NewVBox()
+	c.scroll = container.NewVScroll(c.list)
+	c.input = newSubmitEntry(c.submit)
+	c.input.SetPlaceHolder("Ask something — Enter sends, Shift+Enter starts a new line")
+	c.send = widget.NewButtonWithIcon("Send", theme.MailSendIcon(), c.submit)
+	c.send.Importance = widget.HighImportance
+	c.kv = widget.NewProgressBar()
+	c.kv.TextFormatter = func() string { return "KV cache: empty" }
+	c.status = widget.NewLabel("")
+	c.status.Wrapping = fyne.TextWrapWord
+
+	newBtn := widget.NewButtonWithIcon("New chat", theme.ContentAddIcon(), c.newChat)
+	settings := widget.NewAccordion(widget.NewAccordionItem("Settings",
+		widget.NewForm(
+			widget.NewFormItem("Temperature", container.NewBorder(nil, nil, nil, c.tempLabel, c.temp)),
+			widget.NewFormItem("Max tokens", c.maxTokens),
+			widget.NewFormItem("System", c.system),
+		)))
+	top := container.NewVBox(
+		container.NewBorder(nil, nil, nil, newBtn, container.NewGridWithColumns(2,
+			container.NewBorder(nil, nil, widget.NewLabel("Model"), nil, c.model),
+			container.NewBorder(nil, nil, widget.NewLabel("Adapter"), nil, c.adapter))),
+		settings)
+	bottom := container.NewVBox(c.status,
+		container.NewBorder(nil, nil, widget.NewLabel("Memory this chat holds"), nil, c.kv),
+		container.NewBorder(nil, nil, nil, c.send, c.input))
+	c.content = container.NewBorder(top, bottom, nil, nil, c.scroll)
+	c.refreshModels()
+	return c
+}
+
+// refreshModels reloads the model picker, keeping the selection.
+func (c *chatScreen) refreshModels() {
+	names := c.u.modelNames()
+	c.model.Options = names
+	if c.model.Selected == "" && len(names) > 0 {
+		c.model.SetSelected(names[0]) // starts a chat
+	}
+	c.model.Refresh()
+}
+
+func (c *chatScreen) refreshAdapters() {
+	c.adapters = map[string]string{"None": ""}
+	opts := []string{"None"}
+	ads, _ := c.u.ws.Store.Adapters(c.u.ctx, c.model.Selected)
+	for i := len(ads) - 1; i >= 0; i-- { // newest first
+		a := ads[i]
+		label := fmt.Sprintf("v%d · %s", a.Version, a.Created.Local().Format("Jan 2 15:04"))
+		c.adapters[label] = a.Path
+		opts = append(opts, label)
+	}
+	c.adapter.Options = opts
+	c.adapter.Selected = "None"
+	c.adapter.Refresh()
+}
+
+// useAdapter switches to model with the adapter in folder (from the Train screen).
+func (c *chatScreen) useAdapter(model, folder string) {
+	c.model.SetSelected(model)
+	for label, p := range c.adapters {
+		if p == folder {
+			c.adapter.SetSelected(label)
+		}
+	}
+}
+
+// newChat starts a new conversation with the current settings.
+func (c *chatScreen) newChat() {
+	if c.model.Selected == "" || c.busy {
+		return
+	}
+	maxTok, err := strconv.Atoi(c.maxTokens.Text)
+	if err != nil || maxTok <= 0 {
+		maxTok = 256
+	}
+	spec := app.ChatSpec{Model: c.model.Selected, Adapter: c.adapters[c.adapter.Selected], System: c.system.Text, MaxTokens: maxTok,
+		Sampling: inference.SampleOptions{Temperature: c.temp.Value, TopP: 0.95}}
+	c.list.RemoveAll()
+	c.kv.SetValue(0)
+	c.kv.TextFormatter = func() string { return "KV cache: empty" }
+	c.status.SetText("")
+	s, err := c.u.ws.StartChat(c.u.ctx, spec)
+	if err != nil {
+		c.session = nil
+		c.status.SetText("This model cannot chat: " + app.UserMessage(err))
+		return
+	}
+	c.session = s
+	c.list.Add(widget.NewLabelWithStyle("New chat with "+s.Info.Name+". Replies are generated on this machine; nothing leaves it.", fyne.TextAlignCenter, fyne.TextStyle{Italic: true}))
+}
+
+func (c *chatScreen) submit() {
+	text := c.input.Text
+	if text == "" || c.busy {
+		return
+	}
+	if c.session == nil {
+		c.newChat()
+		if c.session == nil {
+			return
+		}
+	}
+	c.input.SetText("")
+	c.list.Add(messageBubble("You", text))
+	reply := widget.NewLabel("…")
+	reply.Wrapping = fyne.TextWrapWord
+	stats := widget.NewLabel("")
+	stats.TextStyle = fyne.TextStyle{Italic: true}
+	thumbs := container.NewHBox()
+	c.list.Add(container.NewVBox(widget.NewLabelWithStyle(c.session.Info.Name, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), reply,
+		container.NewBorder(nil, nil, nil, thumbs, stats)))
+	c.scroll.ScrollToBottom()
+	c.setBusy(true)
+	s := c.session
+	go func() {
+		first := true
+		turn, err := s.Send(c.u.ctx, text, func(piece string) {
+			c.u.do(func() {
+				if first {
+					reply.SetText("")
+					first = false
+				}
+				reply.SetText(reply.Text + piece)
+				c.scroll.ScrollToBottom()
+			})
+		})
+		c.u.do(func() {
+			c.setBusy(false)
+			if err != nil && turn.MessageID == 0 {
+				reply.SetText("")
+				c.status.SetText(app.UserMessage(err))
+				return
+			}
+			if first {
+				reply.SetText("(no text)")
+			}
+			stats.SetText(replyStats(turn.Stats))
+			c.status.SetText(turn.Notice)
+			if turn.Stats.StopReason == inference.StopContext {
+				c.status.SetText("The reply reached the end of the model's context.")
+			}
+			c.showKV(turn.Stats)
+			thumbs.Add(c.thumbButtons(turn.MessageID))
+			c.scroll.ScrollToBottom()
+		})
+	}()
+}
+
+func (c *chatScreen) setBusy(b bool) {
+	c.busy = b
+	if b {
+		c.send.Disable()
+		c.model.Disable()
+		c.adapter.Disable()
+	} else {
+		c.send.Enable()
+		c.model.Enable()
+		c.adapter.Enable()
+	}
+}
+
+// showKV fills the KV meter: this conversation's cache against a full context.
+func (c *chatScreen) showKV(st inference.Stats) {
+	cfg := c.session.Model().Config()
+	perToken := int64(2 * cfg.NumHiddenLayers * cfg.NumKeyValueHeads * cfg.Head() * 4)
+	limit := c.session.Model().ContextLength()
+	tokens := st.KVBytes / max(perToken, 1)
+	if limit > 0 {
+		c.kv.Max = float64(limit)
+	} else {
+		c.kv.Max = float64(max(tokens, 1))
+	}
+	c.kv.SetValue(float64(tokens))
+	c.kv.TextFormatter = func() string {
+		if limit > 0 {
+			return fmt.Sprintf("KV cache %s · %d of %d tokens", bytesText(st.KVBytes), tokens, limit)
+		}
+		return fmt.Sprintf("KV cache %s · %d tokens", bytesText(st.KVBytes), tokens)
+	}
+	c.kv.Refresh()
+}
+
+// thumbButtons record 👍 or 👎 (with an optional correction) on a stored reply.
+func (c *chatScreen) thumbButtons(messageID int64) fyne.CanvasObject {
+	box := container.NewHBox()
+	var up, down *widget.Button
+	done := func(msg string) {
+		box.RemoveAll()
+		box.Add(widget.NewLabel(msg))
+	}
+	up = widget.NewButton("👍", func() {
+		if _, err := c.u.ws.AddFeedback(c.u.ctx, messageID, 1, ""); err != nil {
+			c.u.showError("Feedback was not saved", err)
+			return
+		}
+		done("👍 thanks")
+	})
+	down = widget.NewButton("👎", func() {
+		correction := widget.NewMultiLineEntry()
+		correction.SetPlaceHolder("What should the answer have been? (optional)")
+		correction.SetMinRowsVisible(4)
+		dialog.ShowForm("What was wrong?", "Save", "Cancel", []*widget.FormItem{widget.NewFormItem("Correction", correction)}, func(ok bool) {
+			if !ok {
+				return
+			}
+			if _, err := c.u.ws.AddFeedback(c.u.ctx, messageID, -1, correction.Text); err != nil {
+				c.u.showError("Feedback was not saved", err)
+				return
+			}
+			done("👎 noted")
+		}, c.u.Win)
+	})
+	box.Add(up)
+	box.Add(down)
+	return box
+}
+
+func messageBubble(who, text string) fyne.CanvasObject {
+	l := widget.NewLabel(text)
+	l.Wrapping = fyne.TextWrapWord
+	return container.NewVBox(widget.NewLabelWithStyle(who, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), l)
+}
+
+func replyStats(st inference.Stats) string {
+	return fmt.Sprintf("%d tokens · first token %d ms · %.1f tok/s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.DecodeTPS, stopText(st.StopReason))
+}
+
+func stopText(reason string) string {
+	switch reason {
+	case inference.StopToken, inference.StopString:
+		return "finished"
+	case inference.StopMaxTokens:
+		return "max tokens reached"
+	case inference.StopContext:
+		return "context full"
+	case inference.StopCancelled:
+		return "stopped"
+	}
+	return reason
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

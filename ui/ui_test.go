@@ -1,0 +1,242 @@
+package ui
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/test"
+	"fyne.io/fyne/v2/widget"
+
+	"github.com/inloop/inloop/app"
+)
+
+// openUI opens a workspace in dir and the window over it, as the program does.
+func openUI(t *testing.T, dir string) (*UI, *app.Workspace) {
+	t.Helper()
+	ws, err := app.Open(context.Background(), app.Options{DataDir: dir, Backend: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := New(test.NewTempApp(t), ws)
+	t.Cleanup(func() {
+		u.cancel()
+		ws.Close()
+	})
+	return u, ws
+}
+
+// eventually polls cond, holding the UI's lock, until it holds or time runs out.
+func eventually(t *testing.T, u *UI, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		u.mu.Lock()
+		ok := cond()
+		u.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func tinyData(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "data.jsonl")
+	rows := strings.Repeat(`{"text": "The hacker fixed the build before breakfast."}
+{"text": "A program is a list of instructions for a computer."}
+`, 4)
+	if err := os.WriteFile(p, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Train on the demo model from the Train screen: the chart gains points, the run
+// ends done and is found in Runs; a second run cancelled shows as cancelled.
+func TestTrainScreenRunsAndRunsScreenFindsIt(t *testing.T) {
+	dir := t.TempDir()
+	u, ws := openUI(t, dir)
+	s := u.train
+	locked(u, func() {
+		u.show("Train")
+		s.model.SetSelected("demo")
+		s.data.SetText(tinyData(t))
+		s.iters.SetText("6")
+		s.batch.SetText("2")
+		s.maxSeq.SetText("64")
+		s.lr.SetText("1e-3")
+	})
+	if !strings.Contains(s.estimate.Text, "in memory") {
+		t.Errorf("no memory estimate before the start: %q", s.estimate.Text)
+	}
+	locked(u, func() { test.Tap(s.start) })
+	eventually(t, u, "the run to finish", func() bool { return s.job == nil && len(s.after.Objects) == 2 })
+	if n := s.chart.points("train loss"); n != 6 {
+		t.Errorf("the chart has %d train-loss points, want 6", n)
+	}
+	if !strings.HasPrefix(s.log.Text, "Done") {
+		t.Errorf("after the run the screen says %q", s.log.Text)
+	}
+
+	// A long run, cancelled.
+	locked(u, func() { s.iters.SetText("100000") })
+	locked(u, func() { test.Tap(s.start) })
+	eventually(t, u, "the second run to report", func() bool { return s.chart.points("train loss") > 0 && s.job != nil })
+	locked(u, func() { test.Tap(s.cancel) })
+	eventually(t, u, "the cancel", func() bool { return s.job == nil })
+	runs, _ := ws.Store.Runs(context.Background(), app.RunFilter{})
+	if len(runs) != 2 || runs[0].Status != "cancelled" || runs[1].Status != "done" {
+		t.Fatalf("runs after a cancel: %+v", runs)
+	}
+
+	// Reopened tomorrow: the history is there.
+	u.cancel()
+	ws.Close()
+	u2, _ := openUI(t, dir)
+	locked(u2, func() { u2.show("Runs") })
+	if len(u2.runs.runs) != 2 {
+		t.Fatalf("the Runs screen lists %d runs, want 2", len(u2.runs.runs))
+	}
+	locked(u2, func() { u2.runs.list.Select(1) })
+	if !strings.Contains(u2.runs.title.Text, "done") || u2.runs.chart.points("train loss") != 6 {
+		t.Errorf("run details: %q with %d points", u2.runs.title.Text, u2.runs.chart.points("train loss"))
+	}
+}
+
+// A chat message streams a reply with its stats and a KV meter; 👎 with a
+// correction lands in the store.
+func TestChatScreenStreamsAndStoresFeedback(t *testing.T) {
+	u, ws := openUI(t, t.TempDir())
+	c := u.chat
+	locked(u, func() {
+		c.maxTokens.SetText("12")
+		c.newChat()
+	})
+	w := test.NewTempWindow(t, c.content)
+	_ = w
+	test.Type(c.input, "What is a hacker?")
+	locked(u, func() { test.Tap(c.send) })
+	eventually(t, u, "the reply", func() bool { return !c.busy && c.list.Objects[len(c.list.Objects)-1] != nil && c.kv.Value > 0 })
+	reply := c.list.Objects[len(c.list.Objects)-1].(*fyne.Container)
+	text := reply.Objects[1].(*widget.Label).Text
+	stats := reply.Objects[2].(*fyne.Container).Objects[0].(*widget.Label).Text
+	if text == "" || text == "…" || !strings.Contains(stats, "tok/s") {
+		t.Fatalf("reply %q, stats %q", text, stats)
+	}
+	if !strings.Contains(c.kv.TextFormatter(), "of 512 tokens") {
+		t.Errorf("KV meter says %q", c.kv.TextFormatter())
+	}
+	thumbs := reply.Objects[2].(*fyne.Container).Objects[1].(*fyne.Container).Objects[0].(*fyne.Container)
+	test.Tap(thumbs.Objects[1].(*widget.Button)) // 👎
+	// The correction dialog is the window's top overlay.
+	var entry *widget.Entry
+	var save *widget.Button
+	eventually(t, u, "the correction dialog", func() bool {
+		entry, save = findEntryAndButton(u.Win.Canvas().Overlays().Top(), "Save")
+		return entry != nil && save != nil
+	})
+	test.Type(entry, "A hacker enjoys clever programming.")
+	test.Tap(save)
+	chats, _ := ws.Store.Chats(context.Background())
+	msgs, _ := ws.Store.Messages(context.Background(), chats[0].ID)
+	fb, _ := ws.Store.Feedback(context.Background(), msgs[len(msgs)-1].ID)
+	if len(fb) != 1 || fb[0].Thumb != -1 || fb[0].Correction != "A hacker enjoys clever programming." {
+		t.Errorf("feedback in the store: %+v", fb)
+	}
+}
+
+func TestEnterSendsAndShiftEnterBreaksTheLine(t *testing.T) {
+	sent := 0
+	e := newSubmitEntry(func() { sent++ })
+	test.NewTempWindow(t, e)
+	test.Type(e, "one")
+	e.KeyDown(&fyne.KeyEvent{Name: "LeftShift"})
+	e.TypedKey(&fyne.KeyEvent{Name: fyne.KeyReturn})
+	e.KeyUp(&fyne.KeyEvent{Name: "LeftShift"})
+	test.Type(e, "two")
+	if sent != 0 || e.Text != "one\ntwo" {
+		t.Fatalf("after Shift+Enter: sent %d, text %q", sent, e.Text)
+	}
+	e.TypedKey(&fyne.KeyEvent{Name: fyne.KeyReturn})
+	if sent != 1 || e.Text != "one\ntwo" {
+		t.Errorf("after Enter: sent %d, text %q", sent, e.Text)
+	}
+}
+
+func TestModelsScreenListsTheDemoWithItsFit(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	s := u.models
+	if len(s.models) == 0 || s.cell(0, 0) != "demo" || s.cell(0, 2) != "2.4M" {
+		t.Fatalf("first row: %q %q", s.cell(0, 0), s.cell(0, 2))
+	}
+	if got := s.cell(0, 5); !strings.HasPrefix(got, "yes") && got != "unknown" {
+		t.Errorf("the demo model does not fit for chat: %q", got)
+	}
+}
+
+func TestDataScreenListsProblems(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	p := filepath.Join(t.TempDir(), "rows.jsonl")
+	os.WriteFile(p, []byte("{\"text\": \"fine row\"}\nnot json\n{\"text\": \"another\"}\n"), 0o644)
+	locked(u, func() { u.data.open(p) })
+	eventually(t, u, "the summary", func() bool { return strings.Contains(u.data.summary.Text, "training examples") })
+	if !strings.Contains(u.data.summary.Text, "2 training examples") || len(u.data.probs) != 1 || !strings.Contains(u.data.probs[0], "2") {
+		t.Errorf("summary %q, problems %q", u.data.summary.Text, u.data.probs)
+	}
+}
+
+// findEntryAndButton finds the first entry and the button labelled text in o.
+func findEntryAndButton(o fyne.CanvasObject, text string) (*widget.Entry, *widget.Button) {
+	var entry *widget.Entry
+	var button *widget.Button
+	var walk func(o fyne.CanvasObject)
+	walk = func(o fyne.CanvasObject) {
+		switch x := o.(type) {
+		case *widget.Entry:
+			if entry == nil {
+				entry = x
+			}
+		case *widget.Button:
+			if x.Text == text {
+				button = x
+			}
+		case *fyne.Container:
+			for _, c := range x.Objects {
+				walk(c)
+			}
+		case fyne.Widget:
+			r := test.WidgetRenderer(x)
+			for _, c := range r.Objects() {
+				walk(c)
+			}
+		}
+	}
+	if o != nil {
+		walk(o)
+	}
+	return entry, button
+}
+
+// points counts a chart series' points (0 when it has none).
+func (c *LineChart) points(series string) int {
+	for _, s := range c.series {
+		if s.Name == series {
+			return len(s.X)
+		}
+	}
+	return 0
+}
+
+// locked runs fn holding the UI's lock, as a background update would.
+func locked(u *UI, fn func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	fn()
+}
