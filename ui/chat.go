@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/dialog"
 	"fyne.io/fyne/v2/theme"
@@ -144,6 +145,14 @@ func (c *chatScreen) newChat() {
 	}
 	c.session = s
 	c.list.Add(widget.NewLabelWithStyle("New chat with "+s.Info.Name+". Replies are generated on this machine; nothing leaves it.", fyne.TextAlignCenter, fyne.TextStyle{Italic: true}))
+	if len(c.model.Options) == 1 && s.Info.Name == "demo" {
+		get := widget.NewButtonWithIcon("Get "+RecommendedRepo+" ("+RecommendedSize+")", theme.DownloadIcon(), func() {
+			c.u.show("Models")
+			c.u.models.download(RecommendedRepo)
+		})
+		hint := widget.NewLabelWithStyle("The demo model is tiny and writes odd English; it is here so everything works offline.", fyne.TextAlignCenter, fyne.TextStyle{})
+		c.list.Add(container.NewVBox(hint, container.NewCenter(get)))
+	}
 }
 
 func (c *chatScreen) submit() {
@@ -245,14 +254,14 @@ func (c *chatScreen) thumbButtons(messageID int64) fyne.CanvasObject {
 		box.RemoveAll()
 		box.Add(widget.NewLabel(msg))
 	}
-	up = widget.NewButton("👍", func() {
+	up = widget.NewButtonWithIcon("Good", theme.ConfirmIcon(), func() {
 		if _, err := c.u.ws.AddFeedback(c.u.ctx, messageID, 1, ""); err != nil {
 			c.u.showError("Feedback was not saved", err)
 			return
 		}
-		done("👍 thanks")
+		done("Marked good — thanks")
 	})
-	down = widget.NewButton("👎", func() {
+	down = widget.NewButtonWithIcon("Wrong…", theme.CancelIcon(), func() {
 		correction := widget.NewMultiLineEntry()
 		correction.SetPlaceHolder("What should the answer have been? (optional)")
 		correction.SetMinRowsVisible(4)
@@ -264,18 +273,23 @@ func (c *chatScreen) thumbButtons(messageID int64) fyne.CanvasObject {
 				c.u.showError("Feedback was not saved", err)
 				return
 			}
-			done("👎 noted")
+			done("Marked wrong — noted")
 		}, c.u.Win)
 	})
+	up.Importance, down.Importance = widget.LowImportance, widget.LowImportance
 	box.Add(up)
 	box.Add(down)
 	return box
 }
 
+// messageBubble shows the user's turn on a tinted background, so the two sides of
+// the conversation are told apart at a glance.
 func messageBubble(who, text string) fyne.CanvasObject {
 	l := widget.NewLabel(text)
 	l.Wrapping = fyne.TextWrapWord
-	return container.NewVBox(widget.NewLabelWithStyle(who, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), l)
+	bg := canvas.NewRectangle(theme.Color(theme.ColorNameInputBackground))
+	bg.CornerRadius = theme.InputRadiusSize()
+	return container.NewStack(bg, container.NewVBox(widget.NewLabelWithStyle(who, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), l))
 }
 
 func replyStats(st inference.Stats) string {

@@ -76,9 +76,16 @@ func newDataScreen(u *UI) *dataScreen {
 			s.open(d.Path())
 		}, s.u.Win)
 	})
+	typed := widget.NewEntry()
+	typed.SetPlaceHolder("or paste a path and press Enter")
+	typed.OnSubmitted = func(p string) {
+		if p != "" {
+			s.open(p)
+		}
+	}
 	top := container.NewVBox(
 		container.NewBorder(nil, nil, widget.NewLabel("Tokenize for"), nil, s.model),
-		container.NewHBox(file, folder, s.trainBtn),
+		container.NewBorder(nil, nil, container.NewHBox(file, folder), s.trainBtn, typed),
 		s.summary,
 		container.NewHBox(s.watch, s.changed, s.reload))
 	lists := container.NewVSplit(

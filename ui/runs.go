@@ -51,7 +51,7 @@ func newRunsScreen(u *UI) *runsScreen {
 	s.detail = widget.NewLabel("")
 	s.detail.Wrapping = fyne.TextWrapWord
 	s.chart = NewLineChart("step", "loss")
-	s.chart.SetEmptyText("No curves: this run recorded no losses")
+	s.chart.SetEmptyText("Pick a run to see its curves")
 	s.compare = widget.NewSelect(nil, func(string) { s.show() })
 	s.compare.PlaceHolder = "Compare with…"
 	s.del = widget.NewButtonWithIcon("Delete", theme.DeleteIcon(), s.deleteRun)
@@ -60,9 +60,9 @@ func newRunsScreen(u *UI) *runsScreen {
 	s.resume.Disable()
 	refresh := widget.NewButtonWithIcon("Refresh", theme.ViewRefreshIcon(), s.refresh)
 
-	right := container.NewBorder(
-		container.NewVBox(s.title, container.NewHBox(s.compare, s.resume, s.del)),
-		container.NewVScroll(s.detail), nil, nil, s.chart)
+	body := container.NewVSplit(s.chart, container.NewVScroll(s.detail))
+	body.Offset = 0.62
+	right := container.NewBorder(container.NewVBox(s.title, container.NewHBox(s.compare, s.resume, s.del)), nil, nil, nil, body)
 	split := container.NewHSplit(container.NewBorder(refresh, nil, nil, nil, s.list), right)
 	split.Offset = 0.32
 	s.content = split
@@ -94,21 +94,30 @@ func (s *runsScreen) refresh() {
 func (s *runsScreen) show() {
 	if s.selected < 0 || s.selected >= len(s.runs) {
 		s.title.SetText("Choose a run on the left.")
+		if len(s.runs) == 0 {
+			s.title.SetText("No runs yet. Training, quantizing and downloading on the Train and Models screens are remembered here.")
+		}
 		s.detail.SetText("")
 		s.chart.Clear()
+		s.chart.SetEmptyText("Pick a run to see its curves")
 		s.del.Disable()
 		s.resume.Disable()
 		return
 	}
 	r := s.runs[s.selected]
 	s.title.SetText(fmt.Sprintf("Run %d: %s of %s — %s", r.ID, r.Kind, r.Model, r.Status))
-	s.del.Enable()
+	if r.Status == "running" {
+		s.del.Disable() // cancel it on the Train screen first
+	} else {
+		s.del.Enable()
+	}
 	if r.Status == "interrupted" || r.Status == "cancelled" || r.Status == "failed" {
 		s.resume.Enable()
 	} else {
 		s.resume.Disable()
 	}
 	s.detail.SetText(runDetail(r))
+	s.chart.SetEmptyText("No curves: this run recorded no losses")
 	series := s.curves(r.ID, "")
 	if c := s.compare.Selected; strings.HasPrefix(c, "Run ") {
 		var id int64

@@ -83,15 +83,16 @@ func newTrainScreen(u *UI) *trainScreen {
 	s.chart = NewLineChart("step", "loss")
 	s.chart.SetEmptyText("The loss curve appears after the first report")
 	s.progress = widget.NewProgressBar()
+	s.progress.Hide() // until a run starts
 	s.stats = widget.NewLabel("")
 	s.log = widget.NewLabel("")
 	s.log.Wrapping = fyne.TextWrapWord
 	s.after = container.NewHBox()
 
-	left := container.NewVBox(form, s.estimate, container.NewHBox(s.start, s.cancel), s.resume)
+	left := container.NewVBox(form, container.NewHBox(s.start, s.cancel, s.resume), s.estimate)
 	right := container.NewBorder(container.NewVBox(s.progress, s.stats), container.NewVBox(s.log, s.after), nil, nil, s.chart)
 	split := container.NewHSplit(container.NewVScroll(left), right)
-	split.Offset = 0.34
+	split.Offset = 0.4
 	s.content = split
 	s.refreshModels()
 	return s
@@ -216,6 +217,7 @@ func (s *trainScreen) follow(job *app.Job, model string) {
 	s.chart.Clear()
 	s.after.RemoveAll()
 	s.progress.SetValue(0)
+	s.progress.Show()
 	s.stats.SetText(fmt.Sprintf("Run %d: starting…", job.RunID))
 	s.log.SetText("")
 	go func() {
