@@ -121,7 +121,15 @@ func prepareSource(src string) (string, error) {
 // engine's own scanner. The body of {% raw %} ... {% endraw %} is text.
 func tokenize(src string) ([]token, error) {
 	var toks []token
-	line := func(at int) int { return 1 + strings.Count(src[:at], "\n") }
+	// line numbers the line at byte at, counting on from the last call (at
+	// only grows), so that a template of many tags is tokenized in linear
+	// time.
+	lineNo, counted := 1, 0
+	line := func(at int) int {
+		lineNo += strings.Count(src[counted:at], "\n")
+		counted = at
+		return lineNo
+	}
 	text := func(s string) {
 		if s != "" {
 			toks = append(toks, token{text: s})

@@ -18,19 +18,23 @@ import (
 // pyTojson is transformers' tojson filter:
 // json.dumps(x, ensure_ascii=False, indent=indent, separators=separators,
 // sort_keys=sort_keys). Key order is the order the data came in, as in Python.
-func pyTojson(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+// Every byte it writes is charged to the render's budget first: the indent
+// and the separators come from the template, and a list may hold itself.
+func pyTojson(budget *jinja.Budget, args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) == 0 {
 		return jinja.Undefined(), errors.New("tojson: missing value")
 	}
-	e := pyEncoder{itemSep: ", ", keySep: ": "}
+	e := pyEncoder{itemSep: ", ", keySep: ": ", budget: budget}
 	if v, ok := kwargs["indent"]; ok && !v.IsNone() && !v.IsUndefined() {
 		switch {
 		case v.IsInt():
-			e.indent, e.indented = strings.Repeat(" ", max(0, int(v.AsInt()))), true
+			n := max(0, v.AsInt())
+			budget.Grow(0, int(min(n, math.MaxInt32)))
+			e.indent, e.indented = strings.Repeat(" ", int(n)), true
 		case v.IsString():
 			e.indent, e.indented = v.AsString(), true
 		default:
-			return jinja.Undefined(), fmt.Errorf("tojson: indent must be an integer or a string, not %s", v.String())
+			return jinja.Undefined(), errors.New("tojson: indent must be an integer or a string")
 		}
 		e.itemSep = ","
 	}
@@ -60,35 +64,44 @@ type pyEncoder struct {
 	keySep      string
 	sortKeys    bool
 	ensureASCII bool
+	budget      *jinja.Budget
+}
+
+// put writes s after charging it to the budget.
+func (e *pyEncoder) put(b *strings.Builder, s string) {
+	e.budget.Grow(b.Len(), len(s))
+	b.WriteString(s)
 }
 
 const maxJSONDepth = 512
 
 func (e *pyEncoder) encode(b *strings.Builder, v jinja.Value, depth int) error {
 	if depth > maxJSONDepth {
-		return errors.New("tojson: value nested too deeply")
+		// A list that holds itself gets here: the budget's kind of error.
+		return &jinja.BudgetError{Limit: "nesting", Max: maxJSONDepth}
 	}
+	e.budget.Step()
 	switch {
 	case v.IsUndefined(), v.IsNone(), v.IsCallable():
-		b.WriteString("null")
+		e.put(b, "null")
 	case v.IsBool():
-		b.WriteString(strconv.FormatBool(v.AsBool()))
+		e.put(b, strconv.FormatBool(v.AsBool()))
 	case v.IsInt():
-		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+		e.put(b, strconv.FormatInt(v.AsInt(), 10))
 	case v.IsFloat():
-		b.WriteString(pyFloatRepr(v.AsFloat()))
+		e.put(b, pyFloatRepr(v.AsFloat()))
 	case v.IsString():
 		e.writeString(b, v.AsString())
 	case v.IsList():
 		items := v.AsList().Items
 		if len(items) == 0 {
-			b.WriteString("[]")
+			e.put(b, "[]")
 			return nil
 		}
-		b.WriteByte('[')
+		e.put(b, "[")
 		for i, item := range items {
 			if i > 0 {
-				b.WriteString(e.itemSep)
+				e.put(b, e.itemSep)
 			}
 			e.newline(b, depth+1)
 			if err := e.encode(b, item, depth+1); err != nil {
@@ -96,34 +109,34 @@ func (e *pyEncoder) encode(b *strings.Builder, v jinja.Value, depth int) error {
 			}
 		}
 		e.newline(b, depth)
-		b.WriteByte(']')
+		e.put(b, "]")
 	case v.IsDict():
 		d := v.AsDict()
 		keys := d.OrderedKeys()
 		if len(keys) == 0 {
-			b.WriteString("{}")
+			e.put(b, "{}")
 			return nil
 		}
 		if e.sortKeys {
 			sort.Strings(keys)
 		}
-		b.WriteByte('{')
+		e.put(b, "{")
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(e.itemSep)
+				e.put(b, e.itemSep)
 			}
 			e.newline(b, depth+1)
 			e.writeString(b, k)
-			b.WriteString(e.keySep)
+			e.put(b, e.keySep)
 			val, _ := d.Get(k)
 			if err := e.encode(b, val, depth+1); err != nil {
 				return err
 			}
 		}
 		e.newline(b, depth)
-		b.WriteByte('}')
+		e.put(b, "}")
 	default:
-		b.WriteString("null")
+		e.put(b, "null")
 	}
 	return nil
 }
@@ -132,6 +145,7 @@ func (e *pyEncoder) newline(b *strings.Builder, depth int) {
 	if !e.indented {
 		return
 	}
+	e.budget.Grow(b.Len(), 1+depth*len(e.indent))
 	b.WriteByte('\n')
 	for range depth {
 		b.WriteString(e.indent)
@@ -141,6 +155,7 @@ func (e *pyEncoder) newline(b *strings.Builder, depth int) {
 // writeString escapes as Python's json module does: only quotes, backslashes
 // and control characters (and, with ensure_ascii, everything past ASCII).
 func (e *pyEncoder) writeString(b *strings.Builder, s string) {
+	e.budget.Grow(b.Len(), 12*len(s)+2) // \uXXXX\uXXXX for a 4-byte rune at worst
 	b.WriteByte('"')
 	for _, r := range s {
 		switch r {

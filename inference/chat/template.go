@@ -106,10 +106,51 @@ func (e *Error) Error() string {
 	if e.File != "" {
 		where = " (" + e.File + ")"
 	}
+	if errors.Is(e.Err, ErrTooExpensive) {
+		return fmt.Sprintf("chat template too expensive: %v (template %q%s)", e.Err, e.Template, where)
+	}
 	return fmt.Sprintf("chat template %q%s: %s: %v", e.Template, where, e.Op, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// ErrTooExpensive marks a render that went past its budget: too many steps
+// (a loop or recursion too long), too many bytes built, an output or string
+// too long, macros nested too deeply, or more than the time allowed (see
+// renderLimits). Templates come from model folders: a hostile or broken one
+// fails this way, in about a second at most, instead of hanging or taking
+// the process down.
+var ErrTooExpensive = errors.New("chat template too expensive")
+
+// expensiveError wraps the engine's account of which limit was passed.
+type expensiveError struct{ err error }
+
+func (e *expensiveError) Error() string        { return e.err.Error() }
+func (e *expensiveError) Unwrap() error        { return e.err }
+func (e *expensiveError) Is(target error) bool { return target == ErrTooExpensive }
+
+// renderLimits is the budget of one render. It grows with the conversation,
+// which templates copy a few times (concatenations, the output), so a long
+// chat fits; what a template can add on its own stays bounded: a million
+// steps (at most about half a second of the engine on this machine, where a
+// real template takes 30 µs and a few hundred steps), 64 MiB of strings and
+// lists, a 16 MiB prompt, 100 nested macro calls, and a second of wall clock.
+func renderLimits(msgs []Message, opts RenderOptions) jinja.Limits {
+	in := int64(len(opts.ToolsJSON))
+	for _, m := range msgs {
+		in += int64(len(m.Content) + len(m.ReasoningContent) + len(m.Role) + len(m.Name) + len(m.ToolCallID))
+		for _, c := range m.ToolCalls {
+			in += int64(len(c.Arguments) + len(c.Name) + len(c.ID))
+		}
+	}
+	return jinja.Limits{
+		Steps:   1_000_000 + 1_000*int64(len(msgs)) + in/16,
+		Bytes:   64<<20 + 32*in,
+		Output:  16<<20 + 4*in,
+		Depth:   100,
+		Timeout: time.Second,
+	}
+}
 
 // raisedError is what a template's raise_exception call turns into.
 type raisedError struct{ msg string }
@@ -166,13 +207,17 @@ func compileSafely(src string) (t *jinja.Template, err error) {
 	return jinja.Compile(src)
 }
 
-func renderSafely(t *jinja.Template, data map[string]jinja.Value) (out string, err error) {
+func renderSafely(t *jinja.Template, data map[string]jinja.Value, b *jinja.Budget) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("template engine failed: %v", r)
 		}
 	}()
-	return t.RenderValues(data)
+	out, err = t.RenderBudget(data, b)
+	if errors.Is(err, jinja.ErrBudget) {
+		err = &expensiveError{err}
+	}
+	return out, err
 }
 
 // Name is the template's name: "default", another name the model gives it
@@ -284,6 +329,7 @@ func (t *Template) Render(msgs []Message, opts RenderOptions) (string, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	budget := jinja.NewBudget(renderLimits(msgs, opts))
 	var raised *raisedError
 	data := map[string]jinja.Value{
 		"messages":              messages,
@@ -293,7 +339,7 @@ func (t *Template) Render(msgs []Message, opts RenderOptions) (string, error) {
 		"raise_exception": jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 			msg := "raise_exception called"
 			if len(args) > 0 {
-				msg = valueText(args[0])
+				msg = valueText(budget, args[0])
 			}
 			raised = &raisedError{msg: msg}
 			return jinja.Undefined(), raised
@@ -302,6 +348,7 @@ func (t *Template) Render(msgs []Message, opts RenderOptions) (string, error) {
 			if len(args) == 0 || !args[0].IsString() {
 				return jinja.Undefined(), errors.New("strftime_now: expected a format string")
 			}
+			budget.Grow(0, 5*len(args[0].AsString())) // "%A" becomes "Wednesday"
 			return jinja.NewString(strftime(args[0].AsString(), now)), nil
 		}),
 	}
@@ -321,9 +368,11 @@ func (t *Template) Render(msgs []Message, opts RenderOptions) (string, error) {
 		}
 		data[k] = val
 	}
-	data[tojsonFilter] = jinja.NewCallable(tojsonFilter, pyTojson)
+	data[tojsonFilter] = jinja.NewCallable(tojsonFilter, func(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+		return pyTojson(budget, args, kwargs)
+	})
 
-	out, err := renderSafely(t.compiled, data)
+	out, err := renderSafely(t.compiled, data, budget)
 	if err != nil {
 		if raised != nil {
 			return fail(raised)
@@ -334,11 +383,13 @@ func (t *Template) Render(msgs []Message, opts RenderOptions) (string, error) {
 }
 
 // valueText is how Jinja prints a value into an exception message.
-func valueText(v jinja.Value) string {
+func valueText(b *jinja.Budget, v jinja.Value) string {
 	if v.IsString() {
 		return v.AsString()
 	}
-	return v.String()
+	s := v.String()
+	b.Grow(0, len(s))
+	return s
 }
 
 // messageValues builds the template's messages list. Keys are set in the

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // cachedBuiltins is a read-only scope populated once with all built-in
@@ -29,16 +31,17 @@ var cachedBuiltins = func() *scope {
 // =============================================================================
 
 func registerGlobals(s *scope) {
-	s.set("namespace", NewCallable("namespace", builtinNamespace))
-	s.set("raise_exception", NewCallable("raise_exception", builtinRaiseException))
-	s.set("range", NewCallable("range", builtinRange))
-	s.set("joiner", NewCallable("joiner", builtinJoiner))
-	s.set("dict", NewCallable("dict", builtinDict))
-	s.set("cycler", NewCallable("cycler", builtinCycler))
-	s.set("strftime_now", NewCallable("strftime_now", builtinStrftimeNow))
+	s.set("namespace", newBudgetedCallable("namespace", builtinNamespace))
+	s.set("raise_exception", newBudgetedCallable("raise_exception", builtinRaiseException))
+	s.set("range", newBudgetedCallable("range", builtinRange))
+	s.set("joiner", newBudgetedCallable("joiner", builtinJoiner))
+	s.set("dict", newBudgetedCallable("dict", builtinDict))
+	s.set("cycler", newBudgetedCallable("cycler", builtinCycler))
+	s.set("strftime_now", newBudgetedCallable("strftime_now", builtinStrftimeNow))
 }
 
-func builtinNamespace(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinNamespace(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
+	bg.slots(int64(len(kwargs)))
 	d := NewDict()
 	dict := d.AsDict()
 	for k, v := range kwargs {
@@ -47,14 +50,14 @@ func builtinNamespace(args []Value, kwargs map[string]Value) (Value, error) {
 	return d, nil
 }
 
-func builtinRaiseException(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinRaiseException(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return Undefined(), fmt.Errorf("raise_exception: missing message")
 	}
-	return Undefined(), fmt.Errorf("%s", printValue(args[0]))
+	return Undefined(), fmt.Errorf("%s", printValue(bg, args[0]))
 }
 
-func builtinRange(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinRange(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	var start, stop, step int64
 	switch len(args) {
 	case 1:
@@ -76,6 +79,10 @@ func builtinRange(args []Value, kwargs map[string]Value) (Value, error) {
 	if step == 0 {
 		return Undefined(), fmt.Errorf("range: step must not be zero")
 	}
+	// Inloop: the list is sized, and charged, before it is built.
+	n := rangeLen(start, stop, step)
+	bg.slots(n)
+	bg.work(int(min(n, 1<<40)))
 
 	var items []Value
 	if step > 0 {
@@ -91,10 +98,10 @@ func builtinRange(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func builtinJoiner(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinJoiner(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	sep := ""
 	if len(args) > 0 {
-		sep = printValue(args[0])
+		sep = printValue(bg, args[0])
 	}
 
 	first := true
@@ -107,7 +114,8 @@ func builtinJoiner(args []Value, kwargs map[string]Value) (Value, error) {
 	}), nil
 }
 
-func builtinDict(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinDict(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
+	bg.slots(int64(len(kwargs)))
 	d := NewDict()
 	dict := d.AsDict()
 	for k, v := range kwargs {
@@ -116,13 +124,14 @@ func builtinDict(args []Value, kwargs map[string]Value) (Value, error) {
 	return d, nil
 }
 
-func builtinStrftimeNow(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinStrftimeNow(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	format := "%Y-%m-%d"
 	if len(args) > 0 {
-		format = printValue(args[0])
+		format = printValue(bg, args[0])
 	}
 
 	// Convert Python strftime format to Go time format.
+	bg.str(4 * int64(len(format))) // "%A" becomes "Wednesday"
 	now := time.Now()
 	goFmt := strftimeToGo(format)
 	return NewString(now.Format(goFmt)), nil
@@ -149,7 +158,8 @@ func strftimeToGo(format string) string {
 	return r.Replace(format)
 }
 
-func builtinCycler(args []Value, kwargs map[string]Value) (Value, error) {
+func builtinCycler(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
+	bg.slots(int64(len(args)))
 	if len(args) == 0 {
 		return Undefined(), fmt.Errorf("cycler: expected at least one argument")
 	}
@@ -181,7 +191,7 @@ func builtinCycler(args []Value, kwargs map[string]Value) (Value, error) {
 // =============================================================================
 
 func registerFilters(s *scope) {
-	filters := map[string]func([]Value, map[string]Value) (Value, error){
+	filters := map[string]func(*Budget, []Value, map[string]Value) (Value, error){
 		"tojson":     filterTojson,
 		"from_json":  filterFromjson,
 		"fromjson":   filterFromjson,
@@ -226,7 +236,7 @@ func registerFilters(s *scope) {
 	}
 
 	for name, fn := range filters {
-		s.set("__filter_"+name, NewCallable(name, fn))
+		s.set("__filter_"+name, newBudgetedCallable(name, fn))
 	}
 }
 
@@ -239,7 +249,7 @@ func lookupFilter(s *scope, name string) (Value, bool) {
 // Test evaluation
 // =============================================================================
 
-func evalTest(name string, val Value, args []Value) (bool, error) {
+func evalTest(bg *Budget, name string, val Value, args []Value) (bool, error) {
 	switch name {
 	case "defined":
 		return !val.IsUndefined(), nil
@@ -273,37 +283,37 @@ func evalTest(name string, val Value, args []Value) (bool, error) {
 		if len(args) < 1 {
 			return false, fmt.Errorf("test %q requires an argument", name)
 		}
-		return val.Equals(args[0]), nil
+		return equalValues(bg, val, args[0], 0), nil
 	case "ne", "!=":
 		if len(args) < 1 {
 			return false, fmt.Errorf("test %q requires an argument", name)
 		}
-		return !val.Equals(args[0]), nil
+		return !equalValues(bg, val, args[0], 0), nil
 	case "gt", "greaterthan", ">":
 		if len(args) < 1 {
 			return false, nil
 		}
-		return compareValues(val, args[0]) > 0, nil
+		return compareValuesB(bg, val, args[0]) > 0, nil
 	case "ge", ">=":
 		if len(args) < 1 {
 			return false, nil
 		}
-		return compareValues(val, args[0]) >= 0, nil
+		return compareValuesB(bg, val, args[0]) >= 0, nil
 	case "lt", "lessthan", "<":
 		if len(args) < 1 {
 			return false, nil
 		}
-		return compareValues(val, args[0]) < 0, nil
+		return compareValuesB(bg, val, args[0]) < 0, nil
 	case "le", "<=":
 		if len(args) < 1 {
 			return false, nil
 		}
-		return compareValues(val, args[0]) <= 0, nil
+		return compareValuesB(bg, val, args[0]) <= 0, nil
 	case "in":
 		if len(args) < 1 {
 			return false, nil
 		}
-		return containsValue(args[0], val), nil
+		return containsValue(bg, args[0], val), nil
 	case "odd":
 		if val.IsInt() {
 			return val.AsInt()%2 != 0, nil
@@ -317,12 +327,14 @@ func evalTest(name string, val Value, args []Value) (bool, error) {
 	case "upper":
 		if val.IsString() {
 			s := val.AsString()
+			bg.str(2 * int64(len(s)))
 			return s == strings.ToUpper(s), nil
 		}
 		return false, nil
 	case "lower":
 		if val.IsString() {
 			s := val.AsString()
+			bg.str(2 * int64(len(s)))
 			return s == strings.ToLower(s), nil
 		}
 		return false, nil
@@ -330,7 +342,7 @@ func evalTest(name string, val Value, args []Value) (bool, error) {
 		if len(args) < 1 {
 			return false, nil
 		}
-		return val.Equals(args[0]), nil
+		return equalValues(bg, val, args[0], 0), nil
 	}
 
 	return false, fmt.Errorf("unknown test %q", name)
@@ -340,7 +352,7 @@ func evalTest(name string, val Value, args []Value) (bool, error) {
 // Filter implementations
 // =============================================================================
 
-func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
+func filterTojson(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
@@ -364,8 +376,13 @@ func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
 	// the reflection-based encoder for correctness instead of duplicating
 	// indent state in the direct encoder.
 	if indent, ok := kwargs["indent"]; ok && !indent.IsNone() && !indent.IsUndefined() {
-		n := int(toInt64(indent))
-		data, err := json.MarshalIndent(valueToGo(args[0]), "", strings.Repeat(" ", n))
+		n := int(max(0, toInt64(indent)))
+		// Inloop: the Go tree is charged as it is built, and the output's
+		// size bounded by it (every line indented at most its depth).
+		var st goStats
+		tree := valueToGoB(bg, args[0], 0, &st)
+		bg.str(satAdd(satMul(6, st.bytes), satMul(st.nodes, satMul(int64(st.depth+1), int64(n)+1))))
+		data, err := json.MarshalIndent(tree, "", strings.Repeat(" ", n))
 		if err != nil {
 			return NewString(""), nil
 		}
@@ -378,7 +395,7 @@ func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
 	// + reflect) to a handful (one strings.Builder grow + one Marshal
 	// per leaf string for escaping).
 	var sb strings.Builder
-	if err := encodeValueJSON(&sb, args[0], itemSeparator, keySeparator); err != nil {
+	if err := encodeValueJSON(bg, &sb, args[0], itemSeparator, keySeparator, 0); err != nil {
 		return NewString(""), nil
 	}
 	return NewString(sb.String()), nil
@@ -398,7 +415,9 @@ func filterTojson(args []Value, kwargs map[string]Value) (Value, error) {
 //
 // Both differences would otherwise change the tokenization of every tool
 // definition that ends up in a chat prompt.
-func encodeValueJSON(sb *strings.Builder, v Value, itemSeparator, keySeparator string) error {
+func encodeValueJSON(bg *Budget, sb *strings.Builder, v Value, itemSeparator, keySeparator string, depth int) error {
+	nested(depth)
+	bg.step()
 	switch v.kind {
 	case KindUndefined, KindNone, KindCallable:
 		sb.WriteString("null")
@@ -427,15 +446,16 @@ func encodeValueJSON(sb *strings.Builder, v Value, itemSeparator, keySeparator s
 		return nil
 
 	case KindString:
-		return encodeJSONString(sb, v.AsString())
+		return encodeJSONString(bg, sb, v.AsString())
 
 	case KindList:
 		sb.WriteByte('[')
 		for i, item := range v.AsList().Items {
 			if i > 0 {
+				bg.Grow(sb.Len(), len(itemSeparator))
 				sb.WriteString(itemSeparator)
 			}
-			if err := encodeValueJSON(sb, item, itemSeparator, keySeparator); err != nil {
+			if err := encodeValueJSON(bg, sb, item, itemSeparator, keySeparator, depth+1); err != nil {
 				return err
 			}
 		}
@@ -447,13 +467,15 @@ func encodeValueJSON(sb *strings.Builder, v Value, itemSeparator, keySeparator s
 		d := v.AsDict()
 		for i, key := range d.Keys {
 			if i > 0 {
+				bg.Grow(sb.Len(), len(itemSeparator))
 				sb.WriteString(itemSeparator)
 			}
-			if err := encodeJSONString(sb, key); err != nil {
+			if err := encodeJSONString(bg, sb, key); err != nil {
 				return err
 			}
+			bg.Grow(sb.Len(), len(keySeparator))
 			sb.WriteString(keySeparator)
-			if err := encodeValueJSON(sb, d.Data[key], itemSeparator, keySeparator); err != nil {
+			if err := encodeValueJSON(bg, sb, d.Data[key], itemSeparator, keySeparator, depth+1); err != nil {
 				return err
 			}
 		}
@@ -467,7 +489,8 @@ func encodeValueJSON(sb *strings.Builder, v Value, itemSeparator, keySeparator s
 
 // encodeJSONString writes the JSON encoding of s without HTML-escaping (no
 // \u0026 / \u003c / \u003e), matching Python json.dumps's default behaviour.
-func encodeJSONString(sb *strings.Builder, s string) error {
+func encodeJSONString(bg *Budget, sb *strings.Builder, s string) error {
+	bg.Grow(sb.Len(), 6*len(s)+2) // \u00XX at worst
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -483,11 +506,13 @@ func encodeJSONString(sb *strings.Builder, s string) error {
 	return nil
 }
 
-func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
+func filterFromjson(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsString() {
 		return Undefined(), nil
 	}
 
+	// Inloop: decoded JSON takes a few dozen bytes per byte of text at worst.
+	bg.alloc(satMul(32, int64(len(args[0].AsString()))))
 	var result any
 	if err := json.Unmarshal([]byte(args[0].AsString()), &result); err != nil {
 		return Undefined(), fmt.Errorf("fromjson: %w", err)
@@ -496,7 +521,7 @@ func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
 	return FromGoValue(result), nil
 }
 
-func filterItems(args []Value, kwargs map[string]Value) (Value, error) {
+func filterItems(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || args[0].IsUndefined() {
 		return NewList(nil), nil
 	}
@@ -514,6 +539,7 @@ func filterItems(args []Value, kwargs map[string]Value) (Value, error) {
 	}
 
 	d := args[0].AsDict()
+	bg.slots(3 * int64(d.Len()))
 	items := make([]Value, 0, d.Len())
 	for _, key := range d.Keys {
 		pair := NewList([]Value{NewString(key), d.Data[key]})
@@ -523,30 +549,32 @@ func filterItems(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterJoin(args []Value, kwargs map[string]Value) (Value, error) {
+func filterJoin(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 
 	if !args[0].IsList() {
-		return NewString(printValue(args[0])), nil
+		return NewString(printValue(bg, args[0])), nil
 	}
 
 	sep := ""
 	if len(args) > 1 {
-		sep = printValue(args[1])
+		sep = printValue(bg, args[1])
 	}
 	if s, ok := kwargs["d"]; ok {
-		sep = printValue(s)
+		sep = printValue(bg, s)
 	}
 
 	attr := ""
 	if a, ok := kwargs["attribute"]; ok {
-		attr = printValue(a)
+		attr = printValue(bg, a)
 	}
 
 	list := args[0].AsList()
+	bg.slots(int64(list.Len()))
 	parts := make([]string, list.Len())
+	total := satMul(int64(len(sep)), int64(max(0, list.Len()-1)))
 	for i, item := range list.Items {
 		if attr != "" && item.IsDict() {
 			v, ok := item.AsDict().Get(attr)
@@ -554,13 +582,15 @@ func filterJoin(args []Value, kwargs map[string]Value) (Value, error) {
 				item = v
 			}
 		}
-		parts[i] = printValue(item)
+		parts[i] = printValue(bg, item)
+		total = satAdd(total, int64(len(parts[i])))
 	}
+	bg.str(total) // Inloop: a list of one long string many times over
 
 	return NewString(strings.Join(parts, sep)), nil
 }
 
-func filterDefault(args []Value, kwargs map[string]Value) (Value, error) {
+func filterDefault(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return Undefined(), nil
 	}
@@ -589,13 +619,14 @@ func filterDefault(args []Value, kwargs map[string]Value) (Value, error) {
 	return val, nil
 }
 
-func filterTrim(args []Value, kwargs map[string]Value) (Value, error) {
+func filterTrim(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	s := printValue(args[0])
+	s := printValue(bg, args[0])
+	bg.scan(len(s))
 	if len(args) > 1 {
-		chars := printValue(args[1])
+		chars := printValue(bg, args[1])
 		s = strings.Trim(s, chars)
 	} else {
 		s = strings.TrimSpace(s)
@@ -603,26 +634,32 @@ func filterTrim(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(s), nil
 }
 
-func filterLower(args []Value, kwargs map[string]Value) (Value, error) {
+func filterLower(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	return NewString(strings.ToLower(printValue(args[0]))), nil
+	s := printValue(bg, args[0])
+	bg.str(2 * int64(len(s))) // case mapping can lengthen a few runes
+	return NewString(strings.ToLower(s)), nil
 }
 
-func filterUpper(args []Value, kwargs map[string]Value) (Value, error) {
+func filterUpper(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	return NewString(strings.ToUpper(printValue(args[0]))), nil
+	s := printValue(bg, args[0])
+	bg.str(2 * int64(len(s)))
+	return NewString(strings.ToUpper(s)), nil
 }
 
-func filterTitle(args []Value, kwargs map[string]Value) (Value, error) {
+func filterTitle(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 
-	s := printValue(args[0])
+	s := printValue(bg, args[0])
+	bg.alloc(4 * int64(len(s)))
+	bg.str(int64(len(s)))
 	runes := []rune(s)
 	inWord := false
 	for i, r := range runes {
@@ -640,14 +677,16 @@ func filterTitle(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(string(runes)), nil
 }
 
-func filterCapitalize(args []Value, kwargs map[string]Value) (Value, error) {
+func filterCapitalize(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	s := printValue(args[0])
+	s := printValue(bg, args[0])
 	if len(s) == 0 {
 		return NewString(""), nil
 	}
+	bg.alloc(4 * int64(len(s)))
+	bg.str(int64(len(s)))
 	runes := []rune(s)
 	runes[0] = unicode.ToUpper(runes[0])
 	for i := 1; i < len(runes); i++ {
@@ -656,7 +695,7 @@ func filterCapitalize(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(string(runes)), nil
 }
 
-func filterFirst(args []Value, kwargs map[string]Value) (Value, error) {
+func filterFirst(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -667,7 +706,7 @@ func filterFirst(args []Value, kwargs map[string]Value) (Value, error) {
 	return l.Get(0), nil
 }
 
-func filterLast(args []Value, kwargs map[string]Value) (Value, error) {
+func filterLast(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -678,7 +717,7 @@ func filterLast(args []Value, kwargs map[string]Value) (Value, error) {
 	return l.Get(l.Len() - 1), nil
 }
 
-func filterLength(args []Value, kwargs map[string]Value) (Value, error) {
+func filterLength(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
@@ -690,19 +729,22 @@ func filterLength(args []Value, kwargs map[string]Value) (Value, error) {
 	case v.IsDict():
 		return NewInt(int64(v.AsDict().Len())), nil
 	case v.IsString():
-		return NewInt(int64(len([]rune(v.AsString())))), nil
+		bg.scan(len(v.AsString()))
+		return NewInt(int64(utf8.RuneCountInString(v.AsString()))), nil
 	}
 
 	return NewInt(0), nil
 }
 
-func filterReverse(args []Value, kwargs map[string]Value) (Value, error) {
+func filterReverse(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewList(nil), nil
 	}
 
 	v := args[0]
 	if v.IsString() {
+		bg.alloc(4 * int64(len(v.AsString())))
+		bg.str(int64(len(v.AsString())))
 		runes := []rune(v.AsString())
 		for i, j := 0, len(runes)-1; i < j; i, j = i+1, j-1 {
 			runes[i], runes[j] = runes[j], runes[i]
@@ -712,6 +754,7 @@ func filterReverse(args []Value, kwargs map[string]Value) (Value, error) {
 
 	if v.IsList() {
 		src := v.AsList().Items
+		bg.slots(int64(len(src)))
 		items := make([]Value, len(src))
 		for i, item := range src {
 			items[len(src)-1-i] = item
@@ -722,12 +765,14 @@ func filterReverse(args []Value, kwargs map[string]Value) (Value, error) {
 	return v, nil
 }
 
-func filterSort(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSort(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	src := args[0].AsList().Items
+	bg.slots(int64(len(src)))
+	bg.work(len(src) * bits.Len(uint(len(src))))
 	items := make([]Value, len(src))
 	copy(items, src)
 
@@ -737,7 +782,7 @@ func filterSort(args []Value, kwargs map[string]Value) (Value, error) {
 	}
 
 	sort.SliceStable(items, func(i, j int) bool {
-		cmp := compareValues(items[i], items[j])
+		cmp := compareValuesB(bg, items[i], items[j])
 		if reverse {
 			return cmp > 0
 		}
@@ -747,16 +792,17 @@ func filterSort(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterUnique(args []Value, kwargs map[string]Value) (Value, error) {
+func filterUnique(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	src := args[0].AsList().Items
+	bg.slots(2 * int64(len(src)))
 	seen := make(map[string]bool)
 	var items []Value
 	for _, item := range src {
-		key := printValue(item)
+		key := printValue(bg, item)
 		if !seen[key] {
 			seen[key] = true
 			items = append(items, item)
@@ -766,7 +812,7 @@ func filterUnique(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterList(args []Value, kwargs map[string]Value) (Value, error) {
+func filterList(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewList(nil), nil
 	}
@@ -776,6 +822,7 @@ func filterList(args []Value, kwargs map[string]Value) (Value, error) {
 		return v, nil
 	}
 	if v.IsString() {
+		bg.slots(2 * int64(len(v.AsString())))
 		runes := []rune(v.AsString())
 		items := make([]Value, len(runes))
 		for i, r := range runes {
@@ -787,41 +834,47 @@ func filterList(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList([]Value{v}), nil
 }
 
-func filterInt(args []Value, kwargs map[string]Value) (Value, error) {
+func filterInt(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
+	}
+	if args[0].IsString() {
+		bg.scan(len(args[0].AsString()))
 	}
 	return NewInt(toInt64(args[0])), nil
 }
 
-func filterFloatConv(args []Value, kwargs map[string]Value) (Value, error) {
+func filterFloatConv(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewFloat(0), nil
+	}
+	if args[0].IsString() {
+		bg.scan(len(args[0].AsString()))
 	}
 	return NewFloat(toFloat64(args[0])), nil
 }
 
-func filterString(args []Value, kwargs map[string]Value) (Value, error) {
+func filterString(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	return NewString(printValue(args[0])), nil
+	return NewString(printValue(bg, args[0])), nil
 }
 
-func filterSafe(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSafe(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 	return args[0], nil
 }
 
-func filterReplace(args []Value, kwargs map[string]Value) (Value, error) {
+func filterReplace(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 3 {
 		return NewString(""), fmt.Errorf("replace: expected at least 3 arguments")
 	}
-	s := printValue(args[0])
-	old := printValue(args[1])
-	newStr := printValue(args[2])
+	s := printValue(bg, args[0])
+	old := printValue(bg, args[1])
+	newStr := printValue(bg, args[2])
 
 	count := -1
 	if len(args) > 3 {
@@ -830,11 +883,12 @@ func filterReplace(args []Value, kwargs map[string]Value) (Value, error) {
 	if c, ok := kwargs["count"]; ok {
 		count = int(toInt64(c))
 	}
+	bg.str(replacedLen(bg, s, old, newStr, count))
 
 	return NewString(strings.Replace(s, old, newStr, count)), nil
 }
 
-func filterRound(args []Value, kwargs map[string]Value) (Value, error) {
+func filterRound(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewFloat(0), nil
 	}
@@ -857,7 +911,7 @@ func filterRound(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewFloat(rounded), nil
 }
 
-func filterAbs(args []Value, kwargs map[string]Value) (Value, error) {
+func filterAbs(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
@@ -877,7 +931,7 @@ func filterAbs(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewInt(0), nil
 }
 
-func filterMap(args []Value, kwargs map[string]Value) (Value, error) {
+func filterMap(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -886,12 +940,13 @@ func filterMap(args []Value, kwargs map[string]Value) (Value, error) {
 
 	// map(attribute="name") form
 	if attr, ok := kwargs["attribute"]; ok {
-		attrName := printValue(attr)
+		attrName := printValue(bg, attr)
 		defVal := Undefined()
 		if d, ok := kwargs["default"]; ok {
 			defVal = d
 		}
 
+		bg.slots(int64(list.Len()))
 		items := make([]Value, list.Len())
 		for i, item := range list.Items {
 			if item.IsDict() {
@@ -911,7 +966,7 @@ func filterMap(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(list.Items), nil
 }
 
-func filterSelect(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSelect(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -924,14 +979,16 @@ func filterSelect(args []Value, kwargs map[string]Value) (Value, error) {
 
 	testArgs := args[2:]
 
+	bg.slots(int64(list.Len()))
 	var items []Value
 	for _, item := range list.Items {
+		bg.step()
 		if testName == "" {
 			if item.IsTruthy() {
 				items = append(items, item)
 			}
 		} else {
-			result, err := evalTest(testName, item, testArgs)
+			result, err := evalTest(bg, testName, item, testArgs)
 			if err != nil {
 				return Undefined(), err
 			}
@@ -944,7 +1001,7 @@ func filterSelect(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterReject(args []Value, kwargs map[string]Value) (Value, error) {
+func filterReject(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -957,14 +1014,16 @@ func filterReject(args []Value, kwargs map[string]Value) (Value, error) {
 
 	testArgs := args[2:]
 
+	bg.slots(int64(list.Len()))
 	var items []Value
 	for _, item := range list.Items {
+		bg.step()
 		if testName == "" {
 			if !item.IsTruthy() {
 				items = append(items, item)
 			}
 		} else {
-			result, err := evalTest(testName, item, testArgs)
+			result, err := evalTest(bg, testName, item, testArgs)
 			if err != nil {
 				return Undefined(), err
 			}
@@ -977,22 +1036,24 @@ func filterReject(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterSelectattr(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSelectattr(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 2 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	list := args[0].AsList()
-	attrName := printValue(args[1])
+	attrName := printValue(bg, args[1])
 	testName := "truthy"
 	if len(args) > 2 {
-		testName = printValue(args[2])
+		testName = printValue(bg, args[2])
 	}
 
 	testArgs := args[3:]
 
+	bg.slots(int64(list.Len()))
 	var items []Value
 	for _, item := range list.Items {
+		bg.step()
 		attrVal := Undefined()
 		if item.IsDict() {
 			if v, ok := item.AsDict().Get(attrName); ok {
@@ -1005,7 +1066,7 @@ func filterSelectattr(args []Value, kwargs map[string]Value) (Value, error) {
 				items = append(items, item)
 			}
 		} else {
-			result, err := evalTest(testName, attrVal, testArgs)
+			result, err := evalTest(bg, testName, attrVal, testArgs)
 			if err != nil {
 				return Undefined(), err
 			}
@@ -1018,22 +1079,24 @@ func filterSelectattr(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterRejectattr(args []Value, kwargs map[string]Value) (Value, error) {
+func filterRejectattr(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 2 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
 
 	list := args[0].AsList()
-	attrName := printValue(args[1])
+	attrName := printValue(bg, args[1])
 	testName := "truthy"
 	if len(args) > 2 {
-		testName = printValue(args[2])
+		testName = printValue(bg, args[2])
 	}
 
 	testArgs := args[3:]
 
+	bg.slots(int64(list.Len()))
 	var items []Value
 	for _, item := range list.Items {
+		bg.step()
 		attrVal := Undefined()
 		if item.IsDict() {
 			if v, ok := item.AsDict().Get(attrName); ok {
@@ -1046,7 +1109,7 @@ func filterRejectattr(args []Value, kwargs map[string]Value) (Value, error) {
 				items = append(items, item)
 			}
 		} else {
-			result, err := evalTest(testName, attrVal, testArgs)
+			result, err := evalTest(bg, testName, attrVal, testArgs)
 			if err != nil {
 				return Undefined(), err
 			}
@@ -1059,12 +1122,12 @@ func filterRejectattr(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterIndent(args []Value, kwargs map[string]Value) (Value, error) {
+func filterIndent(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
 
-	s := printValue(args[0])
+	s := printValue(bg, args[0])
 	width := 4
 	if len(args) > 1 {
 		width = int(toInt64(args[1]))
@@ -1081,6 +1144,13 @@ func filterIndent(args []Value, kwargs map[string]Value) (Value, error) {
 		indentFirst = f.IsTruthy()
 	}
 
+	// Inloop: a negative width indents by nothing, as " " * -1 is "" in
+	// Python (strings.Repeat panics); the result is sized first.
+	width = max(width, 0)
+	lines1 := int64(strings.Count(s, "\n") + 1)
+	bg.scan(len(s))
+	bg.slots(lines1)
+	bg.str(satAdd(int64(len(s)), satMul(lines1, int64(width))))
 	pad := strings.Repeat(" ", width)
 	lines := strings.Split(s, "\n")
 	for i, line := range lines {
@@ -1095,19 +1165,25 @@ func filterIndent(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(strings.Join(lines, "\n")), nil
 }
 
-func filterWordcount(args []Value, kwargs map[string]Value) (Value, error) {
+func filterWordcount(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewInt(0), nil
 	}
-	words := strings.Fields(printValue(args[0]))
+	text := printValue(bg, args[0])
+	bg.scan(len(text))
+	bg.slots(int64(len(text)/2 + 1))
+	words := strings.Fields(text)
 	return NewInt(int64(len(words))), nil
 }
 
-func filterEscape(args []Value, kwargs map[string]Value) (Value, error) {
+func filterEscape(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 {
 		return NewString(""), nil
 	}
-	s := printValue(args[0])
+	s := printValue(bg, args[0])
+	bg.scan(len(s))
+	bg.str(int64(len(s)) + 4*int64(strings.Count(s, "&")) + 3*int64(strings.Count(s, "<")+strings.Count(s, ">")) +
+		5*int64(strings.Count(s, `"`)) + 4*int64(strings.Count(s, "'")))
 	s = strings.ReplaceAll(s, "&", "&amp;")
 	s = strings.ReplaceAll(s, "<", "&lt;")
 	s = strings.ReplaceAll(s, ">", "&gt;")
@@ -1116,7 +1192,7 @@ func filterEscape(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewString(s), nil
 }
 
-func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
+func filterDictsort(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsDict() {
 		return NewList(nil), nil
 	}
@@ -1127,6 +1203,8 @@ func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
 		reverse = r.AsBool()
 	}
 
+	bg.slots(4 * int64(len(d.Keys)))
+	bg.work(len(d.Keys) * bits.Len(uint(len(d.Keys))))
 	keys := make([]string, len(d.Keys))
 	copy(keys, d.Keys)
 
@@ -1145,7 +1223,7 @@ func filterDictsort(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewList(items), nil
 }
 
-func filterMax(args []Value, kwargs map[string]Value) (Value, error) {
+func filterMax(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -1157,7 +1235,8 @@ func filterMax(args []Value, kwargs map[string]Value) (Value, error) {
 
 	maxVal := list.Items[0]
 	for _, item := range list.Items[1:] {
-		if compareValues(item, maxVal) > 0 {
+		bg.step()
+		if compareValuesB(bg, item, maxVal) > 0 {
 			maxVal = item
 		}
 	}
@@ -1165,7 +1244,7 @@ func filterMax(args []Value, kwargs map[string]Value) (Value, error) {
 	return maxVal, nil
 }
 
-func filterMin(args []Value, kwargs map[string]Value) (Value, error) {
+func filterMin(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return Undefined(), nil
 	}
@@ -1177,7 +1256,8 @@ func filterMin(args []Value, kwargs map[string]Value) (Value, error) {
 
 	minVal := list.Items[0]
 	for _, item := range list.Items[1:] {
-		if compareValues(item, minVal) < 0 {
+		bg.step()
+		if compareValuesB(bg, item, minVal) < 0 {
 			minVal = item
 		}
 	}
@@ -1185,12 +1265,13 @@ func filterMin(args []Value, kwargs map[string]Value) (Value, error) {
 	return minVal, nil
 }
 
-func filterSum(args []Value, kwargs map[string]Value) (Value, error) {
+func filterSum(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) == 0 || !args[0].IsList() {
 		return NewInt(0), nil
 	}
 
 	list := args[0].AsList()
+	bg.work(list.Len())
 	var sumF float64
 	isFloat := false
 
@@ -1209,7 +1290,7 @@ func filterSum(args []Value, kwargs map[string]Value) (Value, error) {
 	return NewInt(int64(sumF)), nil
 }
 
-func filterBatch(args []Value, kwargs map[string]Value) (Value, error) {
+func filterBatch(bg *Budget, args []Value, kwargs map[string]Value) (Value, error) {
 	if len(args) < 2 || !args[0].IsList() {
 		return NewList(nil), nil
 	}
@@ -1220,6 +1301,7 @@ func filterBatch(args []Value, kwargs map[string]Value) (Value, error) {
 		return NewList(nil), nil
 	}
 
+	bg.slots(2 * int64(list.Len()))
 	var batches []Value
 	for i := 0; i < list.Len(); i += linecount {
 		end := min(i+linecount, list.Len())
@@ -1275,6 +1357,25 @@ func toFloat64(v Value) float64 {
 	return 0
 }
 
+// rangeLen is the number of items range(start, stop, step) yields, without
+// overflow (Inloop).
+func rangeLen(start, stop, step int64) int64 {
+	var span, by uint64
+	switch {
+	case step > 0 && stop > start:
+		span, by = uint64(stop)-uint64(start), uint64(step)
+	case step < 0 && stop < start:
+		span, by = uint64(start)-uint64(stop), uint64(-(step+1))+1
+	default:
+		return 0
+	}
+	n := (span-1)/by + 1
+	if n > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(n)
+}
+
 func compareValues(a, b Value) int {
 	af := toFloat64(a)
 	bf := toFloat64(b)
@@ -1290,10 +1391,10 @@ func compareValues(a, b Value) int {
 	return 0
 }
 
-func containsValue(container, item Value) bool {
+func containsValue(bg *Budget, container, item Value) bool {
 	if container.IsList() {
 		for _, v := range container.AsList().Items {
-			if v.Equals(item) {
+			if equalValues(bg, v, item, 0) {
 				return true
 			}
 		}
@@ -1303,9 +1404,49 @@ func containsValue(container, item Value) bool {
 		return container.AsDict().Has(item.AsString())
 	}
 	if container.IsString() && item.IsString() {
+		bg.scan(len(container.AsString()))
 		return strings.Contains(container.AsString(), item.AsString())
 	}
 	return false
+}
+
+// goStats measures the tree valueToGoB builds (Inloop).
+type goStats struct {
+	nodes, bytes int64
+	depth        int
+}
+
+// valueToGoB is valueToGo charging bg for every node and string, bounded in
+// depth, and measuring the tree in st (Inloop).
+func valueToGoB(bg *Budget, v Value, depth int, st *goStats) any {
+	nested(depth)
+	bg.slots(1)
+	st.nodes++
+	st.depth = max(st.depth, depth)
+	switch v.kind {
+	case KindString:
+		bg.scan(len(v.AsString()))
+		st.bytes += int64(len(v.AsString())) + 2
+		return v.AsString()
+	case KindList:
+		list := v.AsList()
+		out := make([]any, list.Len())
+		for i, item := range list.Items {
+			out[i] = valueToGoB(bg, item, depth+1, st)
+		}
+		st.bytes += 2 + 2*int64(list.Len())
+		return out
+	case KindDict:
+		d := v.AsDict()
+		out := make(map[string]any, d.Len())
+		for _, key := range d.Keys {
+			st.bytes += int64(len(key)) + 4
+			out[key] = valueToGoB(bg, d.Data[key], depth+1, st)
+		}
+		return out
+	}
+	st.bytes += 24 // a number, a bool or null
+	return valueToGo(v)
 }
 
 // valueToGo converts a Value back to a plain Go type suitable for
@@ -1346,7 +1487,7 @@ func valueToGo(v Value) any {
 // String() which returns a Python-style repr, printValue returns the
 // raw text for template rendering (no quotes around strings, empty
 // string for None/Undefined).
-func printValue(v Value) string {
+func printValue(bg *Budget, v Value) string {
 	switch v.kind {
 	case KindUndefined:
 		return ""
@@ -1365,10 +1506,8 @@ func printValue(v Value) string {
 		return s
 	case KindString:
 		return v.AsString()
-	case KindList:
-		return v.String()
-	case KindDict:
-		return v.String()
+	case KindList, KindDict:
+		return repr(bg, v) // Inloop: charged, and bounded in depth
 	case KindCallable:
 		return ""
 	}

@@ -47,7 +47,35 @@ type evaluator struct {
 	scope    *scope
 	builtins *scope
 	output   strings.Builder
+	budget   *Budget // Inloop: nil renders without limits
 }
+
+// write appends s to the output, within the budget (Inloop).
+func (e *evaluator) write(s string) {
+	if b := e.budget; b != nil {
+		b.output(int64(e.output.Len()) + int64(len(s)))
+		b.alloc(int64(len(s)))
+	}
+	e.output.WriteString(s)
+}
+
+// sub is a fresh evaluator for a body rendered apart (a macro, a caller, a
+// set or filter block), on the same budget.
+func (e *evaluator) sub(s *scope) evaluator {
+	return evaluator{scope: s, builtins: e.builtins, budget: e.budget}
+}
+
+// call runs a callable, giving built-ins the render's budget (Inloop).
+func (e *evaluator) call(fn Value, args []Value, kwargs map[string]Value) (Value, error) {
+	c := fn.v.(Callable)
+	if c.bfn != nil {
+		return c.bfn(e.budget, args, kwargs)
+	}
+	return c.Fn(args, kwargs)
+}
+
+// print is printValue on the render's budget.
+func (e *evaluator) print(v Value) string { return printValue(e.budget, v) }
 
 func (e *evaluator) execNodes(nodes []node) error {
 	for _, n := range nodes {
@@ -59,9 +87,10 @@ func (e *evaluator) execNodes(nodes []node) error {
 }
 
 func (e *evaluator) execNode(n node) error {
+	e.budget.step()
 	switch nd := n.(type) {
 	case *textNode:
-		e.output.WriteString(nd.text)
+		e.write(nd.text)
 		return nil
 
 	case *outputNode:
@@ -69,7 +98,7 @@ func (e *evaluator) execNode(n node) error {
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(val))
+		e.write(e.print(val))
 		return nil
 
 	case *ifNode:
@@ -133,10 +162,12 @@ func (e *evaluator) execFor(n *forNode) error {
 		items = iterVal.AsList().Items
 	case iterVal.IsDict():
 		d := iterVal.AsDict()
+		e.budget.slots(int64(len(d.Keys)))
 		for _, key := range d.Keys {
 			items = append(items, NewString(key))
 		}
 	case iterVal.IsString():
+		e.budget.slots(int64(len(iterVal.AsString())))
 		for _, r := range iterVal.AsString() {
 			items = append(items, NewString(string(r)))
 		}
@@ -148,6 +179,7 @@ func (e *evaluator) execFor(n *forNode) error {
 	if n.filterExpr != nil {
 		var filtered []Value
 		for _, item := range items {
+			e.budget.step()
 			child := newScope(e.scope)
 			child.set(n.valVar, item)
 			old := e.scope
@@ -183,6 +215,7 @@ func (e *evaluator) execFor(n *forNode) error {
 	child.set("loop", loop)
 
 	for i, item := range items {
+		e.budget.step()
 		// Set loop variable(s).
 		if n.keyVar != "" {
 			// Destructuring: for key, val in items
@@ -266,10 +299,7 @@ func (e *evaluator) execSet(n *setNode) error {
 }
 
 func (e *evaluator) execSetBlock(n *setBlockNode) error {
-	bodyEval := evaluator{
-		scope:    e.scope,
-		builtins: e.builtins,
-	}
+	bodyEval := e.sub(e.scope)
 	if err := bodyEval.execNodes(n.body); err != nil {
 		return err
 	}
@@ -284,6 +314,9 @@ func (e *evaluator) execMacro(n *macroNode) error {
 	parentScope := e.scope
 
 	fn := NewCallable(n.name, func(args []Value, kwargs map[string]Value) (Value, error) {
+		// A recursive macro must end here, not in a Go stack overflow.
+		e.budget.enter()
+		defer e.budget.leave()
 		child := newScope(parentScope)
 
 		// Bind positional args.
@@ -293,7 +326,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 			} else if v, ok := kwargs[param.name]; ok {
 				child.set(param.name, v)
 			} else if param.defaultVal != nil {
-				defEval := evaluator{scope: child, builtins: e.builtins}
+				defEval := e.sub(child)
 				defVal, err := defEval.evalExpr(param.defaultVal)
 				if err != nil {
 					return Undefined(), err
@@ -309,10 +342,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 			child.set("caller", caller)
 		}
 
-		macroEval := evaluator{
-			scope:    child,
-			builtins: e.builtins,
-		}
+		macroEval := e.sub(child)
 
 		if err := macroEval.execNodes(body); err != nil {
 			return Undefined(), err
@@ -332,6 +362,8 @@ func (e *evaluator) execCall(n *callNode) error {
 	parentScope := e.scope
 
 	caller := NewCallable("caller", func(args []Value, kwargs map[string]Value) (Value, error) {
+		e.budget.enter()
+		defer e.budget.leave()
 		child := newScope(parentScope)
 		for i, argName := range callerArgs {
 			if i < len(args) {
@@ -339,10 +371,7 @@ func (e *evaluator) execCall(n *callNode) error {
 			}
 		}
 
-		callerEval := evaluator{
-			scope:    child,
-			builtins: e.builtins,
-		}
+		callerEval := e.sub(child)
 		if err := callerEval.execNodes(body); err != nil {
 			return Undefined(), err
 		}
@@ -378,11 +407,11 @@ func (e *evaluator) execCall(n *callNode) error {
 			kwargs[kw.name] = v
 		}
 
-		result, err := fn.AsCallable().Fn(args, kwargs)
+		result, err := e.call(fn, args, kwargs)
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
+		e.write(e.print(result))
 		return nil
 	}
 
@@ -395,20 +424,17 @@ func (e *evaluator) execCall(n *callNode) error {
 		return fmt.Errorf("call: expression is not callable")
 	}
 
-	result, err := fn.AsCallable().Fn(nil, map[string]Value{"caller": caller})
+	result, err := e.call(fn, nil, map[string]Value{"caller": caller})
 	if err != nil {
 		return err
 	}
-	e.output.WriteString(printValue(result))
+	e.write(e.print(result))
 	return nil
 }
 
 func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 	// Render body to string.
-	bodyEval := evaluator{
-		scope:    e.scope,
-		builtins: e.builtins,
-	}
+	bodyEval := e.sub(e.scope)
 	if err := bodyEval.execNodes(n.body); err != nil {
 		return err
 	}
@@ -420,16 +446,16 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 		if !ok {
 			return fmt.Errorf("unknown filter %q", fe.name)
 		}
-		result, err := filterVal.AsCallable().Fn([]Value{NewString(bodyStr)}, nil)
+		result, err := e.call(filterVal, []Value{NewString(bodyStr)}, nil)
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
+		e.write(e.print(result))
 		return nil
 	}
 
 	// For more complex filter expressions, just output the body.
-	e.output.WriteString(bodyStr)
+	e.write(bodyStr)
 	return nil
 }
 
@@ -438,6 +464,7 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 // =============================================================================
 
 func (e *evaluator) evalExpr(ex expr) (Value, error) {
+	e.budget.step()
 	switch n := ex.(type) {
 	case *litExpr:
 		return n.val, nil
@@ -474,6 +501,7 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 		return e.evalTestExpr(n)
 
 	case *listExpr:
+		e.budget.slots(int64(len(n.items)))
 		items := make([]Value, len(n.items))
 		for i, item := range n.items {
 			v, err := e.evalExpr(item)
@@ -485,6 +513,7 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 		return NewList(items), nil
 
 	case *dictExpr:
+		e.budget.slots(int64(len(n.pairs)))
 		d := NewDict()
 		dict := d.AsDict()
 		for _, pair := range n.pairs {
@@ -496,7 +525,7 @@ func (e *evaluator) evalExpr(ex expr) (Value, error) {
 			if err != nil {
 				return Undefined(), err
 			}
-			dict.Set(printValue(key), val)
+			dict.Set(e.print(key), val)
 		}
 		return d, nil
 
@@ -558,7 +587,7 @@ func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
 	}
 
 	if obj.IsDict() {
-		k := printValue(key)
+		k := e.print(key)
 		if v, ok := obj.AsDict().Get(k); ok {
 			return v, nil
 		}
@@ -568,6 +597,7 @@ func (e *evaluator) evalItem(n *itemExpr) (Value, error) {
 	if obj.IsString() {
 		idx := int(toInt64(key))
 		s := obj.AsString()
+		e.budget.alloc(4 * int64(len(s)))
 		runes := []rune(s)
 		if idx < 0 {
 			idx += len(runes)
@@ -591,6 +621,7 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 		list := obj.AsList()
 		length := list.Len()
 		start, stop, step := resolveSlice(n, e, length)
+		e.budget.slots(int64(length))
 
 		// Fast path for the overwhelmingly common step==1 case
 		// (e.g. messages[1:] in chat templates). A single allocation
@@ -641,6 +672,7 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 
 	if obj.IsString() {
 		s := obj.AsString()
+		e.budget.scan(len(s))
 
 		// ASCII fast path. Most chat-template string slicing operates
 		// on tag/role names or message content that is ASCII; for those
@@ -683,6 +715,7 @@ func (e *evaluator) evalSlice(n *sliceExpr) (Value, error) {
 			// Fall through to the general path for unusual steps.
 		}
 
+		e.budget.alloc(8 * int64(len(s))) // the runes, and the result's
 		runes := []rune(s)
 		length := len(runes)
 		start, stop, step := resolveSlice(n, e, length)
@@ -817,11 +850,11 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 
 	switch n.op {
 	case "+":
-		return addValues(left, right), nil
+		return addValues(e.budget, left, right), nil
 	case "-":
 		return subValues(left, right), nil
 	case "*":
-		return mulValues(left, right), nil
+		return mulValues(e.budget, left, right), nil
 	case "/":
 		return divValues(left, right), nil
 	case "//":
@@ -831,23 +864,23 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 	case "**":
 		return powValues(left, right), nil
 	case "~":
-		return NewString(printValue(left) + printValue(right)), nil
+		return concatStrings(e.budget, e.print(left), e.print(right)), nil
 	case "==":
-		return NewBool(valuesEqual(left, right)), nil
+		return NewBool(valuesEqual(e.budget, left, right)), nil
 	case "!=":
-		return NewBool(!valuesEqual(left, right)), nil
+		return NewBool(!valuesEqual(e.budget, left, right)), nil
 	case "<":
-		return NewBool(compareValues(left, right) < 0), nil
+		return NewBool(compareValuesB(e.budget, left, right) < 0), nil
 	case ">":
-		return NewBool(compareValues(left, right) > 0), nil
+		return NewBool(compareValuesB(e.budget, left, right) > 0), nil
 	case "<=":
-		return NewBool(compareValues(left, right) <= 0), nil
+		return NewBool(compareValuesB(e.budget, left, right) <= 0), nil
 	case ">=":
-		return NewBool(compareValues(left, right) >= 0), nil
+		return NewBool(compareValuesB(e.budget, left, right) >= 0), nil
 	case "in":
-		return NewBool(containsValue(right, left)), nil
+		return NewBool(containsValue(e.budget, right, left)), nil
 	case "not in":
-		return NewBool(!containsValue(right, left)), nil
+		return NewBool(!containsValue(e.budget, right, left)), nil
 	}
 
 	return Undefined(), fmt.Errorf("unknown binary operator %q", n.op)
@@ -877,7 +910,7 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 	}
 
 	if !fn.IsCallable() {
-		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), fn.String())
+		return Undefined(), fmt.Errorf("%s is not callable: %s", callableName(n.fn), shortRepr(fn))
 	}
 
 	args := make([]Value, len(n.args))
@@ -901,7 +934,7 @@ func (e *evaluator) evalCallExpr(n *callExpr) (Value, error) {
 		}
 	}
 
-	return fn.AsCallable().Fn(args, kwargs)
+	return e.call(fn, args, kwargs)
 }
 
 func callableName(ex expr) string {
@@ -963,7 +996,7 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		}
 	}
 
-	return filterVal.AsCallable().Fn(args, kwargs)
+	return e.call(filterVal, args, kwargs)
 }
 
 func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
@@ -981,7 +1014,7 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 		testArgs = append(testArgs, v)
 	}
 
-	result, err := evalTest(n.name, val, testArgs)
+	result, err := evalTest(e.budget, n.name, val, testArgs)
 	if err != nil {
 		return Undefined(), err
 	}
@@ -999,20 +1032,23 @@ func (e *evaluator) evalTestExpr(n *testExpr) (Value, error) {
 
 func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	s := obj.AsString()
+	b := e.budget
 
 	switch method {
 	case "strip":
 		return e.makeStringFunc("strip", func(args []Value, kwargs map[string]Value) (Value, error) {
+			b.scan(len(s))
 			if len(args) > 0 {
-				return NewString(strings.Trim(s, printValue(args[0]))), nil
+				return NewString(strings.Trim(s, e.print(args[0]))), nil
 			}
 			return NewString(strings.TrimSpace(s)), nil
 		}), nil
 
 	case "lstrip":
 		return e.makeStringFunc("lstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
+			b.scan(len(s))
 			if len(args) > 0 {
-				return NewString(strings.TrimLeft(s, printValue(args[0]))), nil
+				return NewString(strings.TrimLeft(s, e.print(args[0]))), nil
 			}
 			return NewString(strings.TrimLeftFunc(s, func(r rune) bool {
 				return r == ' ' || r == '\t' || r == '\n' || r == '\r'
@@ -1021,8 +1057,9 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 
 	case "rstrip":
 		return e.makeStringFunc("rstrip", func(args []Value, kwargs map[string]Value) (Value, error) {
+			b.scan(len(s))
 			if len(args) > 0 {
-				return NewString(strings.TrimRight(s, printValue(args[0]))), nil
+				return NewString(strings.TrimRight(s, e.print(args[0]))), nil
 			}
 			return NewString(strings.TrimRightFunc(s, func(r rune) bool {
 				return r == ' ' || r == '\t' || r == '\n' || r == '\r'
@@ -1032,6 +1069,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 	case "split":
 		return e.makeStringFunc("split", func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) == 0 {
+				b.scan(len(s))
+				b.slots(int64(len(s)/2 + 1)) // at most this many fields
 				parts := strings.Fields(s)
 				items := make([]Value, len(parts))
 				for i, p := range parts {
@@ -1039,7 +1078,9 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 				}
 				return NewList(items), nil
 			}
-			sep := printValue(args[0])
+			sep := e.print(args[0])
+			b.scan(len(s))
+			b.slots(2 * int64(strings.Count(s, sep)+1)) // the strings, then the list
 			parts := strings.Split(s, sep)
 			items := make([]Value, len(parts))
 			for i, p := range parts {
@@ -1053,7 +1094,9 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewBool(false), nil
 			}
-			return NewBool(strings.HasPrefix(s, printValue(args[0]))), nil
+			p := e.print(args[0])
+			b.scan(len(p))
+			return NewBool(strings.HasPrefix(s, p)), nil
 		}), nil
 
 	case "endswith":
@@ -1061,7 +1104,9 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewBool(false), nil
 			}
-			return NewBool(strings.HasSuffix(s, printValue(args[0]))), nil
+			p := e.print(args[0])
+			b.scan(len(p))
+			return NewBool(strings.HasSuffix(s, p)), nil
 		}), nil
 
 	case "replace":
@@ -1069,28 +1114,33 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) < 2 {
 				return NewString(s), nil
 			}
-			old := printValue(args[0])
-			newStr := printValue(args[1])
+			old := e.print(args[0])
+			newStr := e.print(args[1])
 			count := -1
 			if len(args) > 2 {
 				count = int(toInt64(args[2]))
 			}
+			b.str(replacedLen(b, s, old, newStr, count))
 			return NewString(strings.Replace(s, old, newStr, count)), nil
 		}), nil
 
 	case "upper":
 		return e.makeStringFunc("upper", func(args []Value, kwargs map[string]Value) (Value, error) {
+			b.str(2 * int64(len(s))) // case mapping can lengthen a few runes
 			return NewString(strings.ToUpper(s)), nil
 		}), nil
 
 	case "lower":
 		return e.makeStringFunc("lower", func(args []Value, kwargs map[string]Value) (Value, error) {
+			b.str(2 * int64(len(s)))
 			return NewString(strings.ToLower(s)), nil
 		}), nil
 
 	case "title":
 		return e.makeStringFunc("title", func(args []Value, kwargs map[string]Value) (Value, error) {
 			// Simple title case: capitalize first letter of each word.
+			b.alloc(4 * int64(len(s)))
+			b.str(int64(len(s)))
 			runes := []rune(s)
 			inWord := false
 			for i, r := range runes {
@@ -1109,6 +1159,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(s) == 0 {
 				return NewString(""), nil
 			}
+			b.alloc(4 * int64(len(s)))
+			b.str(int64(len(s)))
 			runes := []rune(s)
 			runes[0] = []rune(strings.ToUpper(string(runes[0])))[0]
 			return NewString(string(runes)), nil
@@ -1119,7 +1171,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewInt(0), nil
 			}
-			return NewInt(int64(strings.Count(s, printValue(args[0])))), nil
+			b.scan(len(s))
+			return NewInt(int64(strings.Count(s, e.print(args[0])))), nil
 		}), nil
 
 	case "find":
@@ -1127,7 +1180,8 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return NewInt(-1), nil
 			}
-			return NewInt(int64(strings.Index(s, printValue(args[0])))), nil
+			b.scan(len(s))
+			return NewInt(int64(strings.Index(s, e.print(args[0])))), nil
 		}), nil
 
 	case "format":
@@ -1135,8 +1189,11 @@ func (e *evaluator) stringMethod(obj Value, method string) (Value, error) {
 			result := s
 			for i, arg := range args {
 				placeholder := fmt.Sprintf("{%d}", i)
-				result = strings.ReplaceAll(result, placeholder, printValue(arg))
-				result = strings.Replace(result, "{}", printValue(arg), 1)
+				a := e.print(arg)
+				b.str(replacedLen(b, result, placeholder, a, -1))
+				result = strings.ReplaceAll(result, placeholder, a)
+				b.str(replacedLen(b, result, "{}", a, 1))
+				result = strings.Replace(result, "{}", a, 1)
 			}
 			return NewString(result), nil
 		}), nil
@@ -1159,6 +1216,7 @@ func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 	switch method {
 	case "append":
 		return NewCallable("list.append", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.budget.slots(1)
 			if len(args) > 0 {
 				list.Append(args[0])
 			}
@@ -1167,6 +1225,7 @@ func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 
 	case "pop":
 		return NewCallable("list.pop", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.budget.work(list.Len()) // the items after idx move down
 			if list.Len() == 0 {
 				return Undefined(), fmt.Errorf("pop from empty list")
 			}
@@ -1187,6 +1246,8 @@ func (e *evaluator) listMethod(obj Value, method string) (Value, error) {
 
 	case "insert":
 		return NewCallable("list.insert", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.budget.work(list.Len())
+			e.budget.slots(1)
 			if len(args) < 2 {
 				return None(), nil
 			}
@@ -1211,6 +1272,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 	switch method {
 	case "items":
 		return NewCallable("dict.items", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.budget.slots(3 * int64(d.Len()))
 			items := make([]Value, 0, d.Len())
 			for _, key := range d.Keys {
 				pair := NewList([]Value{NewString(key), d.Data[key]})
@@ -1221,6 +1283,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 
 	case "keys":
 		return NewCallable("dict.keys", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.budget.slots(int64(d.Len()))
 			items := make([]Value, 0, d.Len())
 			for _, key := range d.Keys {
 				items = append(items, NewString(key))
@@ -1230,6 +1293,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 
 	case "values":
 		return NewCallable("dict.values", func(args []Value, kwargs map[string]Value) (Value, error) {
+			e.budget.slots(int64(d.Len()))
 			items := make([]Value, 0, d.Len())
 			for _, key := range d.Keys {
 				items = append(items, d.Data[key])
@@ -1242,7 +1306,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), nil
 			}
-			key := printValue(args[0])
+			key := e.print(args[0])
 			if v, ok := d.Get(key); ok {
 				return v, nil
 			}
@@ -1257,7 +1321,8 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 			if len(args) == 0 {
 				return Undefined(), nil
 			}
-			key := printValue(args[0])
+			key := e.print(args[0])
+			e.budget.work(d.Len()) // the keys are copied
 			v, ok := d.Get(key)
 			if ok {
 				delete(d.Data, key)
@@ -1280,6 +1345,7 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 		return NewCallable("dict.update", func(args []Value, kwargs map[string]Value) (Value, error) {
 			if len(args) > 0 && args[0].IsDict() {
 				other := args[0].AsDict()
+				e.budget.slots(int64(other.Len()))
 				for _, key := range other.Keys {
 					d.Set(key, other.Data[key])
 				}
@@ -1295,11 +1361,12 @@ func (e *evaluator) dictMethod(obj Value, method string) (Value, error) {
 // Arithmetic helpers
 // =============================================================================
 
-func addValues(a, b Value) Value {
+func addValues(bg *Budget, a, b Value) Value {
 	if a.IsString() || b.IsString() {
-		return NewString(printValue(a) + printValue(b))
+		return concatStrings(bg, printValue(bg, a), printValue(bg, b))
 	}
 	if a.IsList() && b.IsList() {
+		bg.slots(int64(a.AsList().Len()) + int64(b.AsList().Len()))
 		items := make([]Value, 0, a.AsList().Len()+b.AsList().Len())
 		items = append(items, a.AsList().Items...)
 		items = append(items, b.AsList().Items...)
@@ -1318,9 +1385,16 @@ func subValues(a, b Value) Value {
 	return NewInt(toInt64(a) - toInt64(b))
 }
 
-func mulValues(a, b Value) Value {
+func mulValues(bg *Budget, a, b Value) Value {
 	if a.IsString() && b.IsInt() {
-		return NewString(strings.Repeat(a.AsString(), int(b.AsInt())))
+		// Inloop: sized before it is built; a count below one is "", as
+		// in Python (strings.Repeat panics on a negative count).
+		n := b.AsInt()
+		if n <= 0 {
+			return NewString("")
+		}
+		bg.str(satMul(int64(len(a.AsString())), n))
+		return NewString(strings.Repeat(a.AsString(), int(n)))
 	}
 	if a.IsFloat() || b.IsFloat() {
 		return NewFloat(toFloat64(a) * toFloat64(b))
@@ -1356,7 +1430,7 @@ func powValues(a, b Value) Value {
 	return NewFloat(math.Pow(toFloat64(a), toFloat64(b)))
 }
 
-func valuesEqual(a, b Value) bool {
+func valuesEqual(bg *Budget, a, b Value) bool {
 	// Cross-type numeric comparison.
 	if a.IsNumber() && b.IsNumber() {
 		return toFloat64(a) == toFloat64(b)
@@ -1365,5 +1439,5 @@ func valuesEqual(a, b Value) bool {
 	if a.IsNone() && b.IsNone() {
 		return true
 	}
-	return a.Equals(b)
+	return equalValues(bg, a, b, 0)
 }

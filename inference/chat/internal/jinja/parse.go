@@ -191,6 +191,44 @@ func tokenizeExpr(s string) []tok {
 type exprParser struct {
 	tokens []tok
 	pos    int
+	depth  int // Inloop: nesting in progress, bounded by maxParseDepth
+	// chained counts links of left-nested chains in this expression.
+	chained int
+}
+
+// maxParseDepth bounds how deeply expressions and blocks nest (Inloop): the
+// parser and the evaluator recurse once per level, and a template of a
+// million "(" must be an error, not a Go stack overflow. Real chat templates
+// nest a few levels; Jinja2 itself stops near Python's recursion limit.
+const maxParseDepth = 256
+
+var errTooDeep = fmt.Errorf("expressions or blocks nested more than %d deep", maxParseDepth)
+
+// maxChain bounds the operators, filters, calls and subscripts of one
+// expression, which nest as deeply as they chain.
+const maxChain = 4 * maxParseDepth
+
+var errTooLong = fmt.Errorf("an expression with more than %d operators, filters or subscripts", maxChain)
+
+// enter and leave bracket a recursive step of the parser.
+func (p *exprParser) enter() error {
+	if p.depth++; p.depth > maxParseDepth {
+		return errTooDeep
+	}
+	return nil
+}
+
+func (p *exprParser) leave() { p.depth-- }
+
+// chain counts one more link of a left-nested chain (a + b + c, x|f|g,
+// a.b.c): the tree, and so the evaluator's recursion, is as deep as the chain
+// is long. The count holds until the expression being parsed is done.
+func (p *exprParser) chain() error {
+	p.chained++
+	if p.depth+p.chained > maxChain {
+		return errTooLong
+	}
+	return nil
 }
 
 func newExprParser(tokens []tok) *exprParser {
@@ -252,6 +290,10 @@ func parseExpr(s string) (expr, error) {
 
 // parseExpression handles the lowest precedence: inline if/else.
 func (p *exprParser) parseExpression() (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	e, err := p.parseOr()
 	if err != nil {
 		return nil, err
@@ -295,6 +337,9 @@ func (p *exprParser) parseOr() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := p.chain(); err != nil {
+			return nil, err
+		}
 		left = &binExpr{op: "or", left: left, right: right}
 	}
 
@@ -313,6 +358,9 @@ func (p *exprParser) parseAnd() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := p.chain(); err != nil {
+			return nil, err
+		}
 		left = &binExpr{op: "and", left: left, right: right}
 	}
 
@@ -322,6 +370,10 @@ func (p *exprParser) parseAnd() (expr, error) {
 func (p *exprParser) parseNot() (expr, error) {
 	if p.peek().kind == tokName && p.peek().val == "not" {
 		p.advance()
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer p.leave()
 		operand, err := p.parseNot()
 		if err != nil {
 			return nil, err
@@ -350,6 +402,9 @@ func (p *exprParser) parseComparison() (expr, error) {
 				if err != nil {
 					return nil, err
 				}
+				if err := p.chain(); err != nil {
+					return nil, err
+				}
 				left = &binExpr{op: t.val, left: left, right: right}
 				continue
 			}
@@ -362,6 +417,9 @@ func (p *exprParser) parseComparison() (expr, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := p.chain(); err != nil {
+				return nil, err
+			}
 			left = &binExpr{op: "in", left: left, right: right}
 			continue
 		}
@@ -372,6 +430,9 @@ func (p *exprParser) parseComparison() (expr, error) {
 			p.advance() // in
 			right, err := p.parseConcat()
 			if err != nil {
+				return nil, err
+			}
+			if err := p.chain(); err != nil {
 				return nil, err
 			}
 			left = &binExpr{op: "not in", left: left, right: right}
@@ -410,6 +471,9 @@ func (p *exprParser) parseComparison() (expr, error) {
 				}
 			}
 
+			if err := p.chain(); err != nil {
+				return nil, err
+			}
 			left = &testExpr{
 				expr:    left,
 				name:    testName,
@@ -437,6 +501,9 @@ func (p *exprParser) parseConcat() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := p.chain(); err != nil {
+			return nil, err
+		}
 		left = &binExpr{op: "~", left: left, right: right}
 	}
 
@@ -453,6 +520,9 @@ func (p *exprParser) parseAddSub() (expr, error) {
 		op := p.advance().val
 		right, err := p.parseMulDiv()
 		if err != nil {
+			return nil, err
+		}
+		if err := p.chain(); err != nil {
 			return nil, err
 		}
 		left = &binExpr{op: op, left: left, right: right}
@@ -475,6 +545,9 @@ func (p *exprParser) parseMulDiv() (expr, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := p.chain(); err != nil {
+				return nil, err
+			}
 			left = &binExpr{op: op, left: left, right: right}
 			continue
 		}
@@ -482,6 +555,9 @@ func (p *exprParser) parseMulDiv() (expr, error) {
 			p.advance()
 			right, err := p.parsePower()
 			if err != nil {
+				return nil, err
+			}
+			if err := p.chain(); err != nil {
 				return nil, err
 			}
 			left = &binExpr{op: "//", left: left, right: right}
@@ -514,6 +590,10 @@ func (p *exprParser) parsePower() (expr, error) {
 func (p *exprParser) parseUnary() (expr, error) {
 	if p.peek().kind == tokOp && (p.peek().val == "-" || p.peek().val == "+") {
 		op := p.advance().val
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer p.leave()
 		operand, err := p.parseUnary()
 		if err != nil {
 			return nil, err
@@ -548,12 +628,18 @@ func (p *exprParser) parsePostfix() (expr, error) {
 				if err != nil {
 					return nil, err
 				}
+				if err := p.chain(); err != nil {
+					return nil, err
+				}
 				e = &callExpr{
 					fn:     &attrExpr{obj: e, attr: attrTok.val},
 					args:   args,
 					kwargs: kwargs,
 				}
 			} else {
+				if err := p.chain(); err != nil {
+					return nil, err
+				}
 				e = &attrExpr{obj: e, attr: attrTok.val}
 			}
 			continue
@@ -601,9 +687,15 @@ func (p *exprParser) parsePostfix() (expr, error) {
 				if _, err := p.expect(tokRBracket, "]"); err != nil {
 					return nil, err
 				}
+				if err := p.chain(); err != nil {
+					return nil, err
+				}
 				e = &sliceExpr{obj: e, start: startExpr, stop: stopExpr, step: stepExpr}
 			} else {
 				if _, err := p.expect(tokRBracket, "]"); err != nil {
+					return nil, err
+				}
+				if err := p.chain(); err != nil {
 					return nil, err
 				}
 				e = &itemExpr{obj: e, key: startExpr}
@@ -616,6 +708,9 @@ func (p *exprParser) parsePostfix() (expr, error) {
 			p.advance()
 			args, kwargs, err := p.parseCallArgs()
 			if err != nil {
+				return nil, err
+			}
+			if err := p.chain(); err != nil {
 				return nil, err
 			}
 			e = &callExpr{fn: e, args: args, kwargs: kwargs}
@@ -640,6 +735,9 @@ func (p *exprParser) parsePostfix() (expr, error) {
 				}
 			}
 
+			if err := p.chain(); err != nil {
+				return nil, err
+			}
 			e = &filterExpr{
 				expr:   e,
 				name:   filterTok.val,
@@ -790,6 +888,10 @@ func (p *exprParser) parseAtom() (expr, error) {
 	// Negative number: handle case where we get here with "-" as op token.
 	if t.kind == tokOp && t.val == "-" {
 		p.advance()
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer p.leave()
 		operand, err := p.parseAtom()
 		if err != nil {
 			return nil, err
@@ -884,38 +986,45 @@ func applyTrimming(segs []segment) {
 	// the same effect by handling every tag's LEFT side first, then
 	// every tag's RIGHT side.
 
+	// Inloop: the nearest text segment on each side of every tag is found
+	// once, in two linear passes; upstream searched from each tag, which took
+	// quadratic time on a template of many tags and no text between them.
+	prevText := make([]int, len(segs))
+	nextText := make([]int, len(segs))
+	firstText := -1
+	last := -1
+	for i := range segs {
+		prevText[i] = last
+		if segs[i].kind == segText {
+			if firstText < 0 {
+				firstText = i
+			}
+			last = i
+		}
+	}
+	last = -1
+	for i := len(segs) - 1; i >= 0; i-- {
+		nextText[i] = last
+		if segs[i].kind == segText {
+			last = i
+		}
+	}
+
 	// Pass 1: left side of every tag.
 	for i := range segs {
 		seg := &segs[i]
 		applyDefaults := seg.kind == segStmt || seg.kind == segComment
 
-		switch {
+		switch j := prevText[i]; {
+		case j < 0:
 		case seg.trimLeft:
-			for j := i - 1; j >= 0; j-- {
-				if segs[j].kind == segText {
-					segs[j].text = trimTrailingWhitespace(segs[j].text)
-					break
-				}
-			}
+			segs[j].text = trimTrailingWhitespace(segs[j].text)
 		case applyDefaults:
-			for j := i - 1; j >= 0; j-- {
-				if segs[j].kind == segText {
-					// Treat the very first text segment in the
-					// template as if it were preceded by a newline
-					// (start of file == start of line) so that a
-					// template that opens with `   {% if %}...`
-					// strips the indentation, matching Jinja2.
-					isFirstText := true
-					for k := j - 1; k >= 0; k-- {
-						if segs[k].kind == segText {
-							isFirstText = false
-							break
-						}
-					}
-					segs[j].text = lstripBlock(segs[j].text, isFirstText)
-					break
-				}
-			}
+			// Treat the very first text segment in the template as if it
+			// were preceded by a newline (start of file == start of line)
+			// so that a template that opens with `   {% if %}...` strips
+			// the indentation, matching Jinja2.
+			segs[j].text = lstripBlock(segs[j].text, j == firstText)
 		}
 	}
 
@@ -924,21 +1033,12 @@ func applyTrimming(segs []segment) {
 		seg := &segs[i]
 		applyDefaults := seg.kind == segStmt || seg.kind == segComment
 
-		switch {
+		switch j := nextText[i]; {
+		case j < 0:
 		case seg.trimRight:
-			for j := i + 1; j < len(segs); j++ {
-				if segs[j].kind == segText {
-					segs[j].text = trimLeadingWhitespace(segs[j].text)
-					break
-				}
-			}
+			segs[j].text = trimLeadingWhitespace(segs[j].text)
 		case applyDefaults:
-			for j := i + 1; j < len(segs); j++ {
-				if segs[j].kind == segText {
-					segs[j].text = trimBlockNewline(segs[j].text)
-					break
-				}
-			}
+			segs[j].text = trimBlockNewline(segs[j].text)
 		}
 	}
 }
@@ -991,8 +1091,9 @@ func trimBlockNewline(s string) string {
 }
 
 type templateParser struct {
-	segs []segment
-	pos  int
+	segs  []segment
+	pos   int
+	depth int // Inloop: blocks open, bounded by maxParseDepth
 }
 
 func (p *templateParser) done() bool {
@@ -1016,6 +1117,10 @@ func (p *templateParser) advance() *segment {
 // stop keywords (e.g., "endif", "endfor", "elif", "else"). Returns the nodes
 // collected so far. The stop keyword segment is NOT consumed.
 func (p *templateParser) parseUntil(stopKeywords ...string) ([]node, error) {
+	if p.depth++; p.depth > maxParseDepth {
+		return nil, errTooDeep
+	}
+	defer func() { p.depth-- }()
 	var nodes []node
 
 	for !p.done() {

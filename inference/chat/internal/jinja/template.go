@@ -37,20 +37,29 @@ func (t *Template) Render(data map[string]any) (string, error) {
 		vals[k] = FromGoValue(v)
 	}
 
-	return render(t.nodes, vals)
+	return render(t.nodes, vals, nil)
 }
 
 // RenderValues is like Render but accepts pre-converted Value data.
 func (t *Template) RenderValues(data map[string]Value) (string, error) {
-	return render(t.nodes, data)
+	return render(t.nodes, data, nil)
+}
+
+// RenderBudget is RenderValues charging b (Inloop): a render that exceeds
+// any of b's limits stops with an error matching ErrBudget. A budget serves
+// one render.
+func (t *Template) RenderBudget(data map[string]Value, b *Budget) (string, error) {
+	return render(t.nodes, data, b)
 }
 
 // =============================================================================
 
 // render executes the AST with the given data and returns the result.
-func render(nodes []node, data map[string]Value) (string, error) {
+func render(nodes []node, data map[string]Value, b *Budget) (out string, err error) {
+	defer recoverBudget(&err)
 	e := evaluator{
 		output: strings.Builder{},
+		budget: b,
 	}
 
 	// Use the cached builtins scope directly. The scope is initialized

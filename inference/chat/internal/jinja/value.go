@@ -4,7 +4,6 @@ package jinja
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"sort"
 	"strings"
@@ -169,121 +168,13 @@ func (v Value) AsCallable() *Callable {
 // =============================================================================
 
 // String returns a Python-style string representation of the value.
-func (v Value) String() string {
-	switch v.kind {
-	case KindUndefined:
-		return "Undefined"
+// Inloop: it walks at most maxValueDepth levels deep and panics with a
+// *BudgetError past that (a list that holds itself); a render recovers it.
+func (v Value) String() string { return repr(nil, v) }
 
-	case KindNone:
-		return "None"
-
-	case KindBool:
-		if v.v.(bool) {
-			return "True"
-		}
-		return "False"
-
-	case KindInt:
-		return fmt.Sprintf("%d", v.v.(int64))
-
-	case KindFloat:
-		return fmt.Sprintf("%g", v.v.(float64))
-
-	case KindString:
-		return fmt.Sprintf("'%s'", v.v.(string))
-
-	case KindList:
-		list := v.v.(*List)
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, item := range list.Items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(item.String())
-		}
-		b.WriteByte(']')
-		return b.String()
-
-	case KindDict:
-		d := v.v.(*Dict)
-		var b strings.Builder
-		b.WriteByte('{')
-		for i, key := range d.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "'%s': %s", key, d.Data[key].String())
-		}
-		b.WriteByte('}')
-		return b.String()
-
-	case KindCallable:
-		c := v.v.(Callable)
-		return fmt.Sprintf("<callable %s>", c.Name)
-	}
-
-	return "Undefined"
-}
-
-// Equals reports whether v and other hold the same value.
-func (v Value) Equals(other Value) bool {
-	if v.kind != other.kind {
-		return false
-	}
-
-	switch v.kind {
-	case KindUndefined, KindNone:
-		return true
-
-	case KindBool:
-		return v.v.(bool) == other.v.(bool)
-
-	case KindInt:
-		return v.v.(int64) == other.v.(int64)
-
-	case KindFloat:
-		return v.v.(float64) == other.v.(float64)
-
-	case KindString:
-		return v.v.(string) == other.v.(string)
-
-	case KindList:
-		a := v.v.(*List)
-		b := other.v.(*List)
-		if a.Len() != b.Len() {
-			return false
-		}
-		for i := range a.Items {
-			if !a.Items[i].Equals(b.Items[i]) {
-				return false
-			}
-		}
-		return true
-
-	case KindDict:
-		a := v.v.(*Dict)
-		b := other.v.(*Dict)
-		if a.Len() != b.Len() {
-			return false
-		}
-		for _, key := range a.Keys {
-			bv, ok := b.Get(key)
-			if !ok {
-				return false
-			}
-			if !a.Data[key].Equals(bv) {
-				return false
-			}
-		}
-		return true
-
-	case KindCallable:
-		return false
-	}
-
-	return false
-}
+// Equals reports whether v and other hold the same value. Inloop: bounded in
+// depth as String is.
+func (v Value) Equals(other Value) bool { return equalValues(nil, v, other, 0) }
 
 // =============================================================================
 
@@ -347,6 +238,16 @@ func (d *Dict) OrderedKeys() []string {
 type Callable struct {
 	Name string
 	Fn   func(args []Value, kwargs map[string]Value) (Value, error)
+	// bfn, when set, is what a render calls, with its budget (Inloop: the
+	// built-ins); Fn calls it without one.
+	bfn func(b *Budget, args []Value, kwargs map[string]Value) (Value, error)
+}
+
+// newBudgetedCallable is a built-in that charges the render's budget.
+func newBudgetedCallable(name string, fn func(b *Budget, args []Value, kwargs map[string]Value) (Value, error)) Value {
+	return Value{kind: KindCallable, v: Callable{Name: name, bfn: fn, Fn: func(args []Value, kwargs map[string]Value) (Value, error) {
+		return fn(nil, args, kwargs)
+	}}}
 }
 
 // =============================================================================
