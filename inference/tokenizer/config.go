@@ -14,6 +14,8 @@ import (
 // Load reads a model folder's tokenizer.json and, where present,
 // tokenizer_config.json (bos/eos tokens, add_bos_token) and
 // generation_config.json (eos_token_id, which may list several stop tokens).
+// When the folder has a config.json, every id (added tokens included) must
+// be below its vocab_size, or Load refuses with ErrVocabMismatch.
 func Load(dir string) (*Tokenizer, error) {
 	tokJSON, err := readCapped(filepath.Join(dir, "tokenizer.json"), MaxTokenizerJSON)
 	if err != nil {
@@ -27,6 +29,9 @@ func Load(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := t.checkVocabSize(filepath.Join(dir, "config.json")); err != nil {
+		return nil, err
+	}
 	genJSON, err := readCapped(filepath.Join(dir, "generation_config.json"), maxConfigJSON)
 	switch {
 	case err == nil:
@@ -37,6 +42,43 @@ func Load(dir string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	return t, nil
+}
+
+// ErrVocabMismatch is returned by Load for a tokenizer whose ids reach past
+// the model's vocab_size: the model has no embedding for them.
+var ErrVocabMismatch = errors.New("tokenizer: ids beyond the model's vocabulary")
+
+// checkVocabSize compares the tokenizer's ids, added tokens included, with
+// config.json's vocab_size (or text_config's, for models that nest it), where
+// the folder has one. Models often have more embedding rows than tokens;
+// fewer means an id with no row.
+func (t *Tokenizer) checkVocabSize(path string) error {
+	raw, err := readCapped(path, maxConfigJSON)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tokenizer: %w", err)
+	}
+	var cfg struct {
+		VocabSize  *int `json:"vocab_size"`
+		TextConfig *struct {
+			VocabSize *int `json:"vocab_size"`
+		} `json:"text_config"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("tokenizer: config.json: %w", err)
+	}
+	size := cfg.VocabSize
+	if size == nil && cfg.TextConfig != nil {
+		size = cfg.TextConfig.VocabSize
+	}
+	if size == nil || t.VocabSize() <= *size {
+		return nil
+	}
+	last, _ := t.Token(t.VocabSize() - 1)
+	return fmt.Errorf("%w: tokenizer.json has ids up to %d (%d ids, added tokens included), but config.json's vocab_size is %d; the last is %q",
+		ErrVocabMismatch, t.VocabSize()-1, t.VocabSize(), *size, last)
 }
 
 // readCapped reads a file of at most limit bytes; one over it is an error

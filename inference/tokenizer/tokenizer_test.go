@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -352,6 +353,60 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if _, err := Load(t.TempDir()); err == nil {
 		t.Error("Load of an empty folder: no error")
+	}
+}
+
+// A tokenizer whose ids reach past the model's embedding table is refused at
+// load, naming both numbers: the model has no row for those ids (an added
+// token past vocab_size would index out of range at the first prompt that
+// holds it).
+func TestLoadRefusesIDsBeyondVocabSize(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "tiny_fallback.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := FromJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := base.VocabSize()
+	var withAdded map[string]any
+	if err := json.Unmarshal(data, &withAdded); err != nil {
+		t.Fatal(err)
+	}
+	withAdded["added_tokens"] = append(withAdded["added_tokens"].([]any), map[string]any{
+		"id": n + 5, "content": "<|extra|>", "special": true, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false})
+	added, _ := json.Marshal(withAdded)
+	for _, tt := range []struct {
+		name, config string
+		tokenizer    []byte
+		want         string // "" for success
+	}{
+		{"fits", fmt.Sprintf(`{"vocab_size": %d}`, n), data, ""},
+		{"room to spare", fmt.Sprintf(`{"vocab_size": %d}`, n+100), data, ""},
+		{"no vocab_size", `{"model_type": "llama"}`, data, ""},
+		{"nested text_config", fmt.Sprintf(`{"text_config": {"vocab_size": %d}}`, n-1), data, fmt.Sprintf("ids up to %d", n-1)},
+		{"one too many", fmt.Sprintf(`{"vocab_size": %d}`, n-1), data, fmt.Sprintf("ids up to %d (%d ids, added tokens included), but config.json's vocab_size is %d", n-1, n, n-1)},
+		{"added token beyond", fmt.Sprintf(`{"vocab_size": %d}`, n), added, fmt.Sprintf(`ids up to %d (%d ids, added tokens included), but config.json's vocab_size is %d; the last is "<|extra|>"`, n+5, n+6, n)},
+		{"config not JSON", `{"vocab_size": `, data, "config.json"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, content := range map[string][]byte{"tokenizer.json": tt.tokenizer, "config.json": []byte(tt.config)} {
+				if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := Load(dir)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Load: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			case tt.want != "" && tt.name != "config not JSON" && !errors.Is(err, ErrVocabMismatch):
+				t.Fatalf("got %v, want it to match ErrVocabMismatch", err)
+			}
+		})
 	}
 }
 
