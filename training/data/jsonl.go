@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -52,10 +54,21 @@ var roles = map[string]bool{"system": true, "developer": true, "user": true, "as
 type rowParser struct {
 	format    Format
 	decidedBy int
+	ignored   string // the last row's fields of other formats, for a warning
 }
 
-// parse turns one non-blank line into a Record, or says what is wrong with it.
-func (p *rowParser) parse(line []byte, n int) (Record, string) {
+// parse turns one non-blank line into a Record, or says what is wrong with
+// it (problem); warning is a caveat about a row that is kept.
+func (p *rowParser) parse(line []byte, n int) (rec Record, problem, warning string) {
+	rec, problem = p.parseRow(line, n)
+	if problem != "" {
+		return Record{}, problem, ""
+	}
+	return rec, "", p.ignored
+}
+
+func (p *rowParser) parseRow(line []byte, n int) (Record, string) {
+	p.ignored = ""
 	if !utf8.Valid(line) {
 		return Record{}, "invalid UTF-8"
 	}
@@ -81,6 +94,9 @@ func (p *rowParser) parse(line []byte, n int) (Record, string) {
 		rec, problem := extract(obj, seen)
 		if problem == "" {
 			p.format, p.decidedBy = seen, n
+			if other := otherFields(obj, seen); other != "" {
+				p.ignored = fmt.Sprintf("%s ignored: the row is read as %s", other, seen)
+			}
 		}
 		rec.Line = n
 		return rec, problem
@@ -90,8 +106,26 @@ func (p *rowParser) parse(line []byte, n int) (Record, string) {
 	}
 	rec, problem := extract(obj, p.format)
 	rec.Line = n
+	if other := otherFields(obj, p.format); other != "" && problem == "" {
+		p.ignored = fmt.Sprintf("%s ignored: the file is %s (decided by line %d)", other, p.format, p.decidedBy)
+	}
 	return rec, problem
 }
+
+// otherFields names the fields of formats other than f that obj carries,
+// which reading it as f leaves out.
+func otherFields(obj map[string]json.RawMessage, f Format) string {
+	var names []string
+	for _, o := range []Format{FormatText, FormatCompletion, FormatChat} {
+		if o != f && hasFields(obj, o) {
+			names = append(names, formatFields[o])
+		}
+	}
+	return strings.Join(names, " and ")
+}
+
+// formatFields names each format's fields in warnings.
+var formatFields = map[Format]string{FormatText: `"text"`, FormatCompletion: `"prompt"/"completion"`, FormatChat: `"messages"`}
 
 // detect names the format a row looks like, in mlx-lm's order of precedence.
 func detect(obj map[string]json.RawMessage) Format {
@@ -192,10 +226,50 @@ func str(obj map[string]json.RawMessage, key, where string) (string, string) {
 	if k := kind(raw); k != "string" {
 		return "", fmt.Sprintf("field %q: want string, got %s", where, k)
 	}
+	if esc, at, ok := loneSurrogate(raw); ok {
+		return "", fmt.Sprintf("field %q: lone UTF-16 surrogate %s at byte %d of the value, which is not text (encoding/json would read it as U+FFFD)", where, esc, at)
+	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Sprintf("field %q: %v", where, err)
 	}
 	return s, ""
+}
+
+// loneSurrogate finds the first \u escape in a JSON string that is half of a
+// UTF-16 surrogate pair without its other half, and returns it as written
+// and its byte offset in raw.
+func loneSurrogate(raw []byte) (string, int, bool) {
+	if !bytes.Contains(raw, []byte(`\u`)) {
+		return "", 0, false
+	}
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		switch {
+		case !ok:
+			i++ // another escape: skip the escaped byte (it may be a backslash)
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := hex4(i + 6); ok && lo >= 0xdc00 && lo < 0xe000 {
+				i += 11
+				continue
+			}
+			return string(raw[i : i+6]), i, true
+		case r >= 0xdc00 && r < 0xe000:
+			return string(raw[i : i+6]), i, true
+		default:
+			i += 5
+		}
+	}
+	return "", 0, false
 }
 
 // kind names a JSON value's type from its first byte.
@@ -259,6 +333,7 @@ func readJSONL(r io.Reader, name string, opt Options, rep *Report) (*Set, error)
 	lr := newLineReader(capped.NewReader(r, opt.MaxFileBytes, name), opt.MaxLineBytes)
 	set := &Set{Path: name}
 	var p rowParser
+	first := true
 	for {
 		line, long, err := lr.next()
 		if err == io.EOF {
@@ -275,11 +350,19 @@ func readJSONL(r io.Reader, name string, opt Options, rep *Report) (*Set, error)
 			log.bad(lr.n, fmt.Sprintf("line longer than %d bytes", opt.MaxLineBytes))
 			continue
 		}
-		if len(strings.TrimSpace(string(line))) == 0 {
+		trimmed := bytes.TrimLeft(line, " \t\r\n")
+		if len(trimmed) == 0 {
 			continue
 		}
+		if first && trimmed[0] == '[' {
+			// Many tools export a dataset as one JSON array. Read as lines
+			// it is all bad rows, except that a pretty-printed array's last
+			// element, alone on its line, would pass as one good row.
+			return set, fmt.Errorf("%w in %s: %w", ErrNoExamples, name, ErrJSONArray)
+		}
+		first = false
 		log.stats().Rows++
-		rec, problem := p.parse(line, lr.n)
+		rec, problem, caveat := p.parse(line, lr.n)
 		if problem != "" {
 			log.bad(lr.n, problem)
 			continue
@@ -288,6 +371,11 @@ func readJSONL(r io.Reader, name string, opt Options, rep *Report) (*Set, error)
 		if err != nil {
 			log.bad(lr.n, err.Error())
 			continue
+		}
+		if caveat != "" && warning != "" {
+			warning = caveat + "; " + warning
+		} else if caveat != "" {
+			warning = caveat
 		}
 		if warning != "" {
 			log.warn(lr.n, warning)

@@ -314,3 +314,115 @@ func TestLoadSplits(t *testing.T) {
 		t.Error("LoadSplits of a folder without splits: no error")
 	}
 }
+
+// A lone UTF-16 surrogate escape is not text: encoding/json would turn it into
+// U+FFFD without a word. The row is reported and dropped; a proper pair is
+// a character like any other.
+func TestLoneSurrogateReported(t *testing.T) {
+	file := strings.Join([]string{
+		`{"text": "pair \ud83d\ude00 ok"}`,              // 1
+		`{"text": "lone \ud800 high"}`,                  // 2
+		`{"text": "lone \udc00 low"}`,                   // 3
+		`{"text": "high then low-less \ud83d\u0041"}`,   // 4
+		`{"text": "escaped backslash \\ud800 is text"}`, // 5
+		`{"text": "at the end \udbff"}`,                 // 6
+	}, "\n")
+	set, rep, err := ReadJSONL(strings.NewReader(file), "s.jsonl", textOptions())
+	if err != nil {
+		t.Fatalf("ReadJSONL: %v\n%s", err, rep)
+	}
+	var kept []string
+	for _, ex := range set.Examples {
+		kept = append(kept, ex.Source)
+	}
+	if want := []string{"s.jsonl:1", "s.jsonl:5"}; !equal(kept, want) {
+		t.Errorf("kept %v, want %v", kept, want)
+	}
+	want := []struct {
+		line    int
+		problem string
+	}{
+		{2, `field "text": lone UTF-16 surrogate \ud800`},
+		{3, `field "text": lone UTF-16 surrogate \udc00`},
+		{4, `field "text": lone UTF-16 surrogate \ud83d`},
+		{6, `field "text": lone UTF-16 surrogate \udbff`},
+	}
+	if len(rep.Issues) != len(want) {
+		t.Fatalf("got %d issues, want %d:\n%s", len(rep.Issues), len(want), rep)
+	}
+	for i, w := range want {
+		if is := rep.Issues[i]; is.Line != w.line || !strings.Contains(is.Problem, w.problem) {
+			t.Errorf("issue %d: got %q, want line %d with %q", i, is.Error(), w.line, w.problem)
+		}
+	}
+	// In chat messages too.
+	_, rep, _ = ReadJSONL(strings.NewReader(`{"messages": [{"role": "user", "content": "\ud800"}, {"role": "assistant", "content": "a"}]}`), "c.jsonl", chatOptions())
+	if len(rep.Issues) != 1 || !strings.Contains(rep.Issues[0].Problem, `field "messages[0].content": lone UTF-16 surrogate`) {
+		t.Errorf("chat row: got %v, want the lone surrogate in messages[0].content reported", rep.Issues)
+	}
+}
+
+// Fields of another format on a row are ignored, and said to be: a text file
+// whose rows also carry prompt/completion trains on the text only.
+func TestOtherFormatsFieldsWarned(t *testing.T) {
+	file := strings.Join([]string{
+		`{"text": "t1"}`, // 1: decides text
+		`{"text": "t2", "prompt": "p", "completion": "c"}`, // 2
+		`{"text": "t3", "messages": []}`,                   // 3
+		`{"text": "t4", "extra": 1}`,                       // 4: not a format's field
+	}, "\n")
+	set, rep, err := ReadJSONL(strings.NewReader(file), "m.jsonl", textOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Examples) != 4 || len(rep.Issues) != 0 {
+		t.Fatalf("kept %d rows with issues %v, want all 4 kept", len(set.Examples), rep.Issues)
+	}
+	want := []struct {
+		line    int
+		problem string
+	}{
+		{2, `"prompt"/"completion" ignored: the file is text (decided by line 1)`},
+		{3, `"messages" ignored: the file is text (decided by line 1)`},
+	}
+	if len(rep.Warnings) != len(want) {
+		t.Fatalf("got warnings %v, want %d", rep.Warnings, len(want))
+	}
+	for i, w := range want {
+		if is := rep.Warnings[i]; is.Line != w.line || !strings.Contains(is.Problem, w.problem) {
+			t.Errorf("warning %d: got %q, want line %d with %q", i, is.Error(), w.line, w.problem)
+		}
+	}
+	if st := rep.Files[0]; st.Warned != 2 {
+		t.Errorf("warned %d rows, want 2", st.Warned)
+	}
+
+	// The row that decides the format says so too: prompt/completion wins
+	// over text, as in mlx-lm, and the text is ignored.
+	set, rep, err = ReadJSONL(strings.NewReader(`{"text": "t", "prompt": "p", "completion": "c"}`), "d.jsonl", textOptions())
+	if err != nil || set.Format != FormatCompletion {
+		t.Fatalf("format %v, %v; want prompt/completion", set.Format, err)
+	}
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0].Problem, `"text" ignored: the row is read as prompt/completion`) {
+		t.Errorf("warnings %v, want the ignored text named", rep.Warnings)
+	}
+}
+
+// A file that is one JSON array (what many tools export) is refused as such,
+// not as a file of bad rows: pretty-printed, its last element on a line of
+// its own would otherwise pass as one valid row.
+func TestJSONArrayFileRefused(t *testing.T) {
+	for name, file := range map[string]string{
+		"one line":    `[{"text": "a"}, {"text": "b"}]`,
+		"pretty":      "[\n  {\"text\": \"a\"},\n  {\"text\": \"b\"}\n]\n",
+		"after a BOM": "\xef\xbb\xbf\n\n  [{\"text\": \"a\"}]",
+		"empty array": "[]",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := ReadJSONL(strings.NewReader(file), "arr.json", textOptions())
+			if !errors.Is(err, ErrJSONArray) || !errors.Is(err, ErrNoExamples) || !strings.Contains(err.Error(), "arr.json") {
+				t.Fatalf("got %v, want ErrJSONArray (and ErrNoExamples) naming the file", err)
+			}
+		})
+	}
+}

@@ -87,6 +87,9 @@ var (
 	ErrTooLarge = errors.New("data: file too large")
 	// ErrBinary: a document looks like a binary file (it holds NUL bytes).
 	ErrBinary = errors.New("data: binary file")
+	// ErrJSONArray: a .jsonl file holds one JSON array ([{...}, {...}]), not
+	// JSON Lines (one object per line). It comes with ErrNoExamples.
+	ErrJSONArray = errors.New("the file is one JSON array, not JSON Lines (one object per line)")
 )
 
 // toInt32 checks ids from a tokenizer before they are stored compactly.
