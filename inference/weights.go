@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -28,6 +29,8 @@ var (
 	ErrMissingTensor = errors.New("inference: missing tensor")
 	// ErrTensorShape reports a tensor whose shape or dtype disagrees with config.json.
 	ErrTensorShape = errors.New("inference: tensor does not fit the config")
+	// ErrNonFinite reports a checkpoint tensor holding a NaN or an infinity.
+	ErrNonFinite = errors.New("inference: weights are not finite")
 )
 
 // source supplies a model's tensors by name.
@@ -239,6 +242,15 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 	if !slices.Equal(info.Shape, shape) {
 		return nil, fmt.Errorf("%w: %s has shape %v in %s, want %v", ErrTensorShape, name, info.Shape, d.dir, shape)
 	}
+	// A NaN or an infinity in the weights would spread through every
+	// activation; it is cheaper to find here, while the bytes are read
+	// anyway, than from a nonsense reply or a NaN loss later.
+	if raw, err := d.set.Data(name); err != nil {
+		return nil, fmt.Errorf("inference: %w", err)
+	} else if i := firstNonFinite(info.DType, raw); i >= 0 {
+		return nil, fmt.Errorf("%w: tensor %q holds %s at element %d (of %d) in %s",
+			ErrNonFinite, name, nonFiniteText(info.DType, raw, i), i, info.NumElements(), d.dir)
+	}
 	a, err := mx.LoadTensor(d.b, d.set, name)
 	if err != nil {
 		return nil, fmt.Errorf("inference: %w", err)
@@ -247,6 +259,87 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 		a = mx.AsType(a, mx.Float32)
 	}
 	return a, a.Err()
+}
+
+// firstNonFinite returns the index of the first NaN or infinity in raw, a
+// little-endian float tensor of dtype dt, or -1 (also for integer dtypes). It
+// tests the exponent bits of four 16-bit or two 32-bit values per 64-bit
+// word, so it runs at memory speed.
+func firstNonFinite(dt safetensors.DType, raw []byte) int {
+	switch dt {
+	case safetensors.DTypeF32:
+		return firstAllOnes(raw, 4, 0x7f800000)
+	case safetensors.DTypeBF16:
+		return firstAllOnes(raw, 2, 0x7f80)
+	case safetensors.DTypeF16:
+		return firstAllOnes(raw, 2, 0x7c00)
+	case safetensors.DTypeF64:
+		return firstAllOnes(raw, 8, 0x7ff0000000000000)
+	case safetensors.DTypeF8E5M2:
+		return firstAllOnes(raw, 1, 0x7c)
+	case safetensors.DTypeF8E4M3: // no infinities; NaN is S.1111.111
+		for i, c := range raw {
+			if c&0x7f == 0x7f {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// firstAllOnes finds the first size-byte lane of raw whose bits under exp
+// are all set.
+func firstAllOnes(raw []byte, size int, exp uint64) int {
+	var mask, lows, highs uint64 // exp in every lane; each lane's lowest and highest bit
+	for shift := 0; shift < 64; shift += 8 * size {
+		mask |= exp << shift
+		lows |= 1 << shift
+		highs |= 1 << (shift + 8*size - 1)
+	}
+	// A lane is zero in y exactly where its exponent is all ones; the
+	// exponent never reaches a lane's sign bit, so the classic has-zero-lane
+	// test is exact. Four words at a time, then the block with a hit lane by
+	// lane.
+	hit := func(w uint64) uint64 {
+		y := w&mask ^ mask
+		return (y - lows) &^ y & highs
+	}
+	i := 0
+	for ; i+32 <= len(raw); i += 32 {
+		b := raw[i : i+32 : i+32]
+		if hit(binary.LittleEndian.Uint64(b[0:8]))|hit(binary.LittleEndian.Uint64(b[8:16]))|
+			hit(binary.LittleEndian.Uint64(b[16:24]))|hit(binary.LittleEndian.Uint64(b[24:32])) != 0 {
+			break
+		}
+	}
+	for ; i+size <= len(raw); i += size {
+		var v uint64
+		for k := size - 1; k >= 0; k-- {
+			v = v<<8 | uint64(raw[i+k])
+		}
+		if v&exp == exp {
+			return i / size
+		}
+	}
+	return -1
+}
+
+// nonFiniteText says what element i of raw is: NaN, +Inf or -Inf.
+func nonFiniteText(dt safetensors.DType, raw []byte, i int) string {
+	size := dt.Size()
+	var v uint64
+	for k := size - 1; k >= 0; k-- {
+		v = v<<8 | uint64(raw[i*size+k])
+	}
+	mant := map[safetensors.DType]uint64{safetensors.DTypeF32: 0x7fffff, safetensors.DTypeBF16: 0x7f,
+		safetensors.DTypeF16: 0x3ff, safetensors.DTypeF64: 0xfffffffffffff, safetensors.DTypeF8E5M2: 0x3}[dt]
+	switch {
+	case dt == safetensors.DTypeF8E4M3 || v&mant != 0:
+		return "NaN"
+	case v>>(8*size-1) != 0:
+		return "-Inf"
+	}
+	return "+Inf"
 }
 
 // mapSource supplies tensors from a map (WithParams).
