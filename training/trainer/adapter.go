@@ -49,6 +49,7 @@ type adapterRun struct {
 	res     Result
 	// afterStep, when set, runs after every update; Run saves checkpoints there.
 	afterStep func(step int) error
+	memory    *MemoryError // the estimate the run was admitted on
 }
 
 func newAdapterRun(m *inference.Model, examples []data.Example, opts Options, onEvent func(Event)) (*adapterRun, error) {
@@ -58,6 +59,9 @@ func newAdapterRun(m *inference.Model, examples []data.Example, opts Options, on
 	}
 	a := &adapterRun{m: m, onEvent: onEvent, res: Result{ValLoss: math.NaN(), TestLoss: math.NaN(), TestPerplexity: math.NaN(), TrainLoss: math.NaN()}}
 	var err error
+	if opts, err = fitModel(m, opts, longestExample(examples), a.info); err != nil {
+		return nil, err
+	}
 	a.batcher, err = data.NewBatcher(examples, data.BatchOptions{
 		BatchSize: opts.BatchSize, MaxSeqLen: opts.MaxSeqLength, PadID: opts.PadID, Shuffle: true, Seed: opts.Seed,
 	})
@@ -76,6 +80,9 @@ func newAdapterRun(m *inference.Model, examples []data.Example, opts Options, on
 	a.opts = opts
 	if tr := a.batcher.Truncation(); tr.Examples > 0 || tr.NoTargets > 0 || tr.TooShort > 0 {
 		a.warn("max sequence length %d: %s", opts.MaxSeqLength, tr.String())
+	}
+	if err := a.checkMemory(m, len(examples)); err != nil { // before the adapters are made
+		return nil, err
 	}
 	if _, err := lora.Apply(m, opts.LoRA); err != nil {
 		return nil, err

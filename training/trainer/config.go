@@ -62,6 +62,10 @@ type Options struct {
 	Valid        []data.Example `json:"-"`
 	StepsPerEval int
 	ValBatches   int
+
+	// Force runs even when the memory estimate is more than the system has
+	// available (the run is refused with a MemoryError otherwise).
+	Force bool
 }
 
 func (o Options) withDefaults() Options {
@@ -100,6 +104,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("trainer: clip grad norm %g", o.ClipGradNorm)
 	case o.Epochs < 0:
 		return fmt.Errorf("trainer: epochs %d", o.Epochs)
+	case o.Iters > maxIters, o.Epochs > maxEpochs, o.GradAccumulation > maxGradAccum:
+		return fmt.Errorf("trainer: iters %d, epochs %d and grad accumulation %d must be at most %d, %d and %d",
+			o.Iters, o.Epochs, o.GradAccumulation, maxIters, maxEpochs, maxGradAccum)
 	}
 	switch o.Optimizer {
 	case "adam", "adamw", "sgd":
@@ -192,6 +199,9 @@ type Config struct {
 	ChunkSize       int // tokens per chunk of a documents folder; 0 is 512
 	Seed            uint64
 	Resume          bool // continue from the newest good checkpoint in AdapterPath
+	// Force runs even when the memory estimate is more than the system has
+	// available (the run is refused with a MemoryError otherwise).
+	Force bool
 }
 
 func (c Config) withDefaults() Config {
@@ -237,7 +247,7 @@ func (c Config) options() Options {
 		LearningRate: c.LearningRate, Optimizer: c.Optimizer, WeightDecay: c.WeightDecay, Warmup: c.Warmup, Cosine: c.Cosine,
 		MinLearningRate: c.MinLearningRate, Schedule: c.Schedule, ClipGradNorm: c.ClipGradNorm,
 		MaxSeqLength: c.MaxSeqLength, Seed: c.Seed, StepsPerReport: c.StepsPerReport,
-		StepsPerEval: c.StepsPerEval, ValBatches: c.ValBatches,
+		StepsPerEval: c.StepsPerEval, ValBatches: c.ValBatches, Force: c.Force,
 	}
 }
 

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -26,38 +27,62 @@ func (e Estimate) Total() int64 { return e.Weights + e.Activations + e.Optimizer
 // values, attention scores of heads·seq, twice for the backward pass), the
 // logits three times (logits, log-softmax, their gradient), and four copies of
 // the adapter parameters.
+// The arithmetic saturates: sizes from flags (a batch of 10¹⁸) must give a
+// huge estimate, not an overflowed small one.
 func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, batch, seq int, adapterParams int64) Estimate {
-	perToken := int64(layers)*(int64(8*hidden+4*intermediate)+int64(2*heads*seq))*4*2 + int64(vocab)*4*3
-	act := int64(batch) * int64(seq) * perToken
+	perLayer := satAdd(satAdd(satMul(8, int64(hidden)), satMul(4, int64(intermediate))), satMul(2, satMul(int64(heads), int64(seq))))
+	perToken := satAdd(satMul(satMul(int64(layers), perLayer), 8), satMul(int64(vocab), 12))
+	act := satMul(satMul(int64(batch), int64(seq)), perToken)
 	return Estimate{
 		Weights:     weights,
 		Activations: act,
-		Optimizer:   4 * 4 * adapterParams,
+		Optimizer:   satMul(16, adapterParams),
 		Headroom:    act / 2,
-		Available:   availableMemory(),
+		Available:   systemAvailable(),
 	}
 }
 
-// memoryCheck reports the estimate, and warns when it exceeds what the
-// system has available; the event carries the numbers for the caller's advice.
-func (r *run) memoryCheck(adapterParams int64) {
-	mc := r.m.Config()
-	seq := r.cfg.MaxSeqLength
-	if tr := r.ar.batcher.Truncation(); tr.Longest > 0 && tr.Longest-1 < seq {
-		seq = tr.Longest - 1
+// systemAvailable is availableMemory, replaced in tests.
+var systemAvailable = availableMemory
+
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
 	}
-	inter := mc.IntermediateSize
-	e := EstimateMemory(r.m.WeightBytes(), mc.HiddenSize, inter, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, r.cfg.BatchSize, seq, adapterParams)
+	return a + b
+}
+
+// satMul multiplies sizes (never negative), saturating at math.MaxInt64.
+func satMul(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// memoryCheck reports the estimate the run was admitted on (see
+// adapterRun.checkMemory, which refused it if it did not fit and was not
+// forced), and warns when it was forced past what the system has available;
+// the event carries the numbers for the caller's advice.
+func (r *run) memoryCheck(int64) {
+	me := r.ar.memory
+	if me == nil {
+		return
+	}
+	e := me.Estimate
 	msg := fmt.Sprintf("memory estimate %s: weights %s, activations %s (batch %d × %d tokens), adapters and optimizer %s, reuse headroom %s",
-		fmtBytes(e.Total()), fmtBytes(e.Weights), fmtBytes(e.Activations), r.cfg.BatchSize, seq, fmtBytes(e.Optimizer), fmtBytes(e.Headroom))
+		fmtBytes(e.Total()), fmtBytes(e.Weights), fmtBytes(e.Activations), me.Batch, me.Seq, fmtBytes(e.Optimizer), fmtBytes(e.Headroom))
 	if e.Available > 0 {
 		msg += fmt.Sprintf("; %s available", fmtBytes(e.Available))
 	}
 	r.emit(Event{Kind: EventInfo, Message: msg, Memory: &e})
 	if e.Available > 0 && e.Total() > e.Available {
 		r.emit(Event{Kind: EventWarning, Memory: &e, Message: fmt.Sprintf(
-			"this run may not fit in memory: %s needed with batch %d × %d tokens, %s available",
-			fmtBytes(e.Total()), r.cfg.BatchSize, seq, fmtBytes(e.Available))})
+			"forced: this run may not fit in memory: %s needed with batch %d × %d tokens, %s available",
+			fmtBytes(e.Total()), me.Batch, me.Seq, fmtBytes(e.Available))})
 	}
 }
 

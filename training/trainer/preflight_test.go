@@ -1,0 +1,189 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/cpu"
+	"github.com/inloop/inloop/training/data"
+	"github.com/inloop/inloop/training/lora"
+)
+
+// bareModel is a small random llama in memory with no adapter: hidden 32, so
+// k_proj/v_proj map 32 → 16 (two key/value heads of 8) and a LoRA rank may
+// be at most 16; 64 positions.
+func bareModel(t testing.TB) *inference.Model {
+	t.Helper()
+	b, err := mx.Open("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inference.NewRandom(inference.Config{
+		ModelType: "llama", HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, RMSNormEps: 1e-5, RopeTheta: 10000,
+		VocabSize: 40, TieWordEmbeddings: true, MaxPositionEmbeddings: 64,
+	}, 1, b)
+}
+
+// examplesOf makes n examples of length tokens, every position learned.
+func examplesOf(n, length int) []data.Example {
+	ex := make([]data.Example, n)
+	for i := range ex {
+		ex[i].Tokens = make([]int32, length)
+		ex[i].Mask = make([]bool, length)
+		for j := range length {
+			ex[i].Tokens[j] = int32((i + j) % 40)
+			ex[i].Mask[j] = true
+		}
+	}
+	return ex
+}
+
+// withAvailable pretends the system has n bytes available.
+func withAvailable(t *testing.T, n int64) {
+	prev := systemAvailable
+	systemAvailable = func() int64 { return n }
+	t.Cleanup(func() { systemAvailable = prev })
+}
+
+// untouched checks that a refused run left m without an adapter and the
+// backend holding no more array memory than before: nothing was allocated.
+func untouched(t *testing.T, m *inference.Model, arraysBefore int64) {
+	t.Helper()
+	if n := len(m.Adapters()); n != 0 {
+		t.Errorf("the refused run pushed %d adapters", n)
+	}
+	if arrays, _, _ := cpu.MemoryDetail(); arrays > arraysBefore {
+		t.Errorf("the refused run left %d more bytes of arrays", arrays-arraysBefore)
+	}
+}
+
+// A rank is checked against the layers it adapts before any adapter is made:
+// --rank 1000000000 used to die with "fatal error: out of memory" (and a
+// larger one panicked in makeslice) while making them.
+func TestRankCheckedAgainstModel(t *testing.T) {
+	for _, tt := range []struct {
+		rank int
+		keys []string
+		want string // "" trains
+	}{
+		{1_000_000_000, nil, "LoRA rank 1000000000 is more than the adapted layers allow: the rank must be at most min(in, out) = 16 (model.layers.0.self_attn.k_proj: 32 → 16)"},
+		{math.MaxInt, nil, "at most min(in, out) = 16"},
+		{17, nil, "at most min(in, out) = 16"},
+		{16, nil, ""},
+		{32, []string{"self_attn.q_proj"}, ""},
+		{33, []string{"self_attn.q_proj", "mlp.up_proj"}, "at most min(in, out) = 32 (model.layers.0.self_attn.q_proj: 32 → 32)"},
+	} {
+		m := bareModel(t)
+		before, _, _ := cpu.MemoryDetail()
+		opts := Options{LoRA: lora.Config{NumLayers: -1, Rank: tt.rank, Keys: tt.keys}, Iters: 1, BatchSize: 2, StepsPerReport: 1}
+		_, _, err := TrainAdapter(context.Background(), m, examplesOf(4, 8), opts, nil)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("rank %d: %v", tt.rank, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("rank %d: got %v, want an error containing %q", tt.rank, err, tt.want)
+		}
+		untouched(t, m, before)
+	}
+}
+
+// A run whose estimate is more than the system has is refused before its
+// adapters, optimizer or activations exist, with the estimate in the error;
+// Force runs it anyway.
+func TestMemoryRefusedBeforeAllocation(t *testing.T) {
+	withAvailable(t, 1<<10) // 1 KiB: the tiny model's weights alone are more
+	m := bareModel(t)
+	before, _, _ := cpu.MemoryDetail()
+	opts := Options{LoRA: lora.Config{NumLayers: -1, Rank: 4}, Iters: 2, BatchSize: 2, StepsPerReport: 1}
+	_, _, err := TrainAdapter(context.Background(), m, examplesOf(4, 8), opts, nil)
+	var me *MemoryError
+	if !errors.Is(err, ErrWontFit) || !errors.As(err, &me) {
+		t.Fatalf("got %v, want a MemoryError matching ErrWontFit", err)
+	}
+	const adapters = 2 * 4 * (2*(32+32) + 2*(32+16) + 3*(32+64)) // 2 layers × rank 4 × (q, o; k, v; gate, up, down)
+	if me.Available != 1<<10 || me.Total() <= me.Available || me.Batch != 2 || me.Seq != 7 || me.Rank != 4 || me.Adapters != adapters {
+		t.Errorf("estimate %+v, want batch 2 × 7 tokens, rank 4 and the adapters counted", me)
+	}
+	for _, want := range []string{"needs about", "1.0 KiB available", "batch 2 × 7 tokens", "rank 4"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	untouched(t, m, before)
+
+	opts.Force = true
+	if _, res, err := TrainAdapter(context.Background(), m, examplesOf(4, 8), opts, nil); err != nil || res.Steps != 2 {
+		t.Fatalf("forced: %d steps, %v; want the run", res.Steps, err)
+	}
+}
+
+// Sizes far past anything real are refused or capped, never overflowed into
+// a small estimate or a crash.
+func TestHugeSizesRefused(t *testing.T) {
+	withAvailable(t, 64<<30)
+	for _, tt := range []struct {
+		name string
+		edit func(*Options)
+		want string
+	}{
+		{"batch", func(o *Options) { o.BatchSize = math.MaxInt }, ""},  // capped by the examples: fits
+		{"seq", func(o *Options) { o.MaxSeqLength = math.MaxInt }, ""}, // capped by the model: fits
+		{"iters", func(o *Options) { o.Iters = math.MaxInt }, "must be at most"},
+		{"epochs", func(o *Options) { o.Epochs = math.MaxInt }, "must be at most"},
+		{"grad accumulation", func(o *Options) { o.GradAccumulation = math.MaxInt }, "must be at most"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := bareModel(t)
+			opts := Options{LoRA: lora.Config{NumLayers: -1, Rank: 4}, Iters: 1, BatchSize: 2, StepsPerReport: 1}
+			tt.edit(&opts)
+			_, _, err := TrainAdapter(context.Background(), m, examplesOf(4, 8), opts, nil)
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+	// The estimate itself saturates instead of wrapping around.
+	e := EstimateMemory(1<<30, 4096, 11008, 32, 32, 32000, math.MaxInt, math.MaxInt, math.MaxInt64)
+	if e.Activations != math.MaxInt64 || e.Optimizer != math.MaxInt64 || e.Total() < 0 {
+		t.Errorf("estimate %+v, want saturated parts", e)
+	}
+}
+
+// --max-seq-length defaults to 2048; a model that reads 512 positions trains
+// on its first 512, and says so once, instead of failing the run at the
+// first long document with "2048 positions exceed max_position_embeddings".
+func TestMaxSeqLengthClampedToModel(t *testing.T) {
+	dir := t.TempDir()
+	model := tinyModelDir(t, dir) // 512 positions
+	long := strings.Repeat("the cat sat on the mat and ", 60)
+	path := filepath.Join(dir, "long.jsonl")
+	if err := os.WriteFile(path, []byte(`{"text": "`+long+`"}`+"\n"+`{"text": "a short one"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig(model, path, filepath.Join(dir, "out"))
+	cfg.Iters, cfg.MaxSeqLength, cfg.SaveEvery, cfg.StepsPerEval = 2, DefaultMaxSeqLength, -1, -1
+	_, evs, err := collect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := 0
+	for _, ev := range evs {
+		if strings.Contains(ev.Message, "max sequence length 2048 is more than the 512 positions this model reads: using 512") {
+			said++
+		}
+	}
+	if said != 1 {
+		t.Errorf("the clamp was reported %d times, want once", said)
+	}
+}
