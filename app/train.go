@@ -81,6 +81,7 @@ func trainCmd(e *env, args []string) error {
 	fs.IntVar(&c.ChunkSize, "chunk-size", 0, "tokens per chunk of a documents folder (default 512)")
 	fs.Int64Var(&seed, "seed", 0, "random seed")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest good checkpoint in --adapter-path")
+	fs.BoolVar(&c.Force, "force", false, "train even when the memory estimate is more than this machine has available")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,6 +116,9 @@ func trainCmd(e *env, args []string) error {
 	if err := job.Wait(); err != nil {
 		if e.ctx.Err() != nil {
 			return fmt.Errorf("%w\nContinue with: inloop runs resume %d", err, job.RunID)
+		}
+		if errors.Is(err, trainer.ErrWontFit) {
+			return fmt.Errorf("%w\nLower --batch-size, --max-seq-length, --rank or --num-layers, train a quantized model, or pass --force to run anyway", err)
 		}
 		return err
 	}
