@@ -150,7 +150,7 @@ func (q *Quantization) UnmarshalJSON(b []byte) error {
 			q.override(k, &p)
 		}
 		if err != nil {
-			return fmt.Errorf("quantization.%s: %w", k, err)
+			return fmt.Errorf("quantization key %q: %w", k, err)
 		}
 	}
 	return nil

@@ -142,8 +142,14 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 		}
 	}
 	if len(extra) > 0 {
-		m.warnings = append(m.warnings, fmt.Sprintf("%d tensors in %s are not used by %s: %s",
-			len(extra), dir, cfg.ModelType, summarize(extra, 8)))
+		// The names come from the file: quoted, so a name holding escape
+		// sequences cannot act on the terminal that prints the warning.
+		quoted := make([]string, len(extra))
+		for i, n := range extra {
+			quoted[i] = strconv.Quote(n)
+		}
+		m.warnings = append(m.warnings, fmt.Sprintf("%d tensors in %s are not used by %q: %s",
+			len(extra), dir, cfg.ModelType, summarize(quoted, 8)))
 	}
 	return m, nil
 }

@@ -6,9 +6,11 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
@@ -147,5 +149,23 @@ func BenchmarkFirstNonFinite(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A tensor name is the file's: one holding escape sequences must not clear
+// the screen or set the terminal's title when the unused-tensor warning is
+// printed. The warning quotes every name.
+func TestUnusedTensorWarningQuotesNames(t *testing.T) {
+	const evil = "x\x1b[2J\x1b]0;pwned\x07\u009b31m"
+	dir := saveTiny(t, tinyConfig("llama"), func(p map[string]*mx.Array) {
+		p[evil] = mx.Zeros(2)
+	})
+	m, err := Load(dir, cpu(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(m.Warnings(), "\n")
+	if strings.ContainsAny(w, "\x1b\x07\u009b") || !strings.Contains(w, strconv.Quote(evil)) {
+		t.Errorf("warning %q holds control characters or does not quote the name", w)
 	}
 }

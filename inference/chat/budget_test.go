@@ -208,3 +208,16 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+// raise_exception's message is the template's text: it is quoted in the
+// error, so escape sequences in it cannot act on a terminal.
+func TestRaisedMessageQuoted(t *testing.T) {
+	tmpl, err := New("evil", "{{ raise_exception('roles \x1b[2J\x1b]0;pwned\x07 must alternate') }}", SpecialTokens{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tmpl.Render([]Message{{Role: "user", Content: "hi"}}, RenderOptions{})
+	if !errors.Is(err, ErrRaised) || strings.ContainsAny(err.Error(), "\x1b\x07") || !strings.Contains(err.Error(), `"roles \x1b[2J`) {
+		t.Errorf("got %q, want the message quoted", err)
+	}
+}

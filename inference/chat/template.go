@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/inloop/inloop/inference/chat/internal/jinja"
 )
@@ -155,7 +157,20 @@ func renderLimits(msgs []Message, opts RenderOptions) jinja.Limits {
 // raisedError is what a template's raise_exception call turns into.
 type raisedError struct{ msg string }
 
-func (e *raisedError) Error() string        { return e.msg }
+// Error quotes the template's words, cut to a sane length: they come from a
+// model folder and are printed on terminals.
+func (e *raisedError) Error() string {
+	const max = 1000
+	msg := e.msg
+	if len(msg) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "..."
+	}
+	return strconv.Quote(msg)
+}
 func (e *raisedError) Is(target error) bool { return target == ErrRaised }
 
 // New compiles a chat template from source. name identifies it in errors.

@@ -90,10 +90,10 @@ func parsePostProcessor(raw json.RawMessage, lookup func(string) (int, bool)) (*
 		}
 		var sep, cls int
 		if err := json.Unmarshal(c.Sep[1], &sep); err != nil {
-			return nil, fmt.Errorf("post_processor %s: sep: %w", typ, err)
+			return nil, fmt.Errorf("post_processor %q: sep: %w", typ, err)
 		}
 		if err := json.Unmarshal(c.Cls[1], &cls); err != nil {
-			return nil, fmt.Errorf("post_processor %s: cls: %w", typ, err)
+			return nil, fmt.Errorf("post_processor %q: cls: %w", typ, err)
 		}
 		return &postProcessor{prefix: []int{cls}, suffix: []int{sep}}, nil
 	case "Sequence":

@@ -109,7 +109,7 @@ func componentType(kind string, raw json.RawMessage) (string, error) {
 // decodeFields decodes raw into v, wrapping errors with the component's name.
 func decodeFields(kind, typ string, raw json.RawMessage, v any) error {
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%s %s: %w", kind, typ, err)
+		return fmt.Errorf("%s %q: %w", kind, typ, err)
 	}
 	return nil
 }

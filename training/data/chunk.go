@@ -180,7 +180,7 @@ type Chunk struct {
 func chunkDocument(tok Tokenizer, rel, text string, opt ChunkOptions) ([]Chunk, error) {
 	ids, breaks, err := tokenizeWithBreaks(tok, text)
 	if err != nil {
-		return nil, fmt.Errorf("tokenize %s: %w", rel, err)
+		return nil, fmt.Errorf("tokenize %q: %w", rel, err)
 	}
 	if len(ids) == 0 {
 		return nil, errEmptyDocument

@@ -51,7 +51,7 @@ func documentText(name string, raw []byte) (string, error) {
 		text = decodeUTF16(raw[2:], binary.BigEndian)
 	default:
 		if bytes.IndexByte(raw[:min(len(raw), sniffBytes)], 0) >= 0 {
-			return "", fmt.Errorf("%w: NUL bytes in %s", ErrBinary, name)
+			return "", fmt.Errorf("%w: NUL bytes in %q", ErrBinary, name)
 		}
 		text = string(bytes.TrimPrefix(raw, bom))
 	}
