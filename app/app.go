@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/internal/termsafe"
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu" // registers the "cpu" backend
 	_ "github.com/inloop/inloop/mlxbridge/mlx" // registers "mlx" where libmlxc loads
@@ -81,7 +82,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err == flag.ErrHelp {
 			return 0
 		}
-		fmt.Fprintf(stderr, "inloop %s: %s\n", name, UserMessage(err))
+		fmt.Fprintf(stderr, "inloop %s: %s\n", name, termsafe.String(UserMessage(err)))
 		return 1
 	}
 	return 0

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
+	"github.com/inloop/inloop/internal/termsafe"
 )
 
 func init() {
@@ -66,7 +67,7 @@ func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer
 	}
 	g.model = info.Path
 	for _, w := range m.Warnings() {
-		fmt.Fprintln(stderr, "warning:", w)
+		fmt.Fprintln(stderr, "warning:", termsafe.String(w))
 	}
 	if g.adapter != "" {
 		if _, err := inference.LoadAdapter(m, g.adapter); err != nil {
@@ -90,7 +91,7 @@ func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer
 // reply answers the conversation (or, raw, continues its last message's text)
 // into w and returns the text and the stats.
 func (r *runner) reply(ctx context.Context, sess *inference.Session, msgs []chat.Message, w io.Writer) (string, inference.Stats, error) {
-	onText := func(s string) { io.WriteString(w, s) }
+	onText := func(s string) { io.WriteString(w, termsafe.String(s)) } // a reply can hold escape sequences
 	if r.raw {
 		return r.rep.ReplyText(ctx, sess, msgs[len(msgs)-1].Content, r.opts, onText)
 	}
@@ -163,7 +164,7 @@ func chatCmd(e *env, args []string) error {
 		return err
 	}
 	for _, warn := range c.Model().Warnings() {
-		fmt.Fprintln(stderr, "warning:", warn)
+		fmt.Fprintln(stderr, "warning:", termsafe.String(warn))
 	}
 	fmt.Fprintln(stdout, "Chatting with", c.Info.Name, "— /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops a reply.")
 	in := bufio.NewScanner(e.stdin)
@@ -190,13 +191,13 @@ func chatCmd(e *env, args []string) error {
 		stop()
 		switch {
 		case errors.Is(err, ErrChatFull) || errors.Is(err, inference.ErrContextFull):
-			fmt.Fprintf(stderr, "(%s; the conversation goes on)\n", UserMessage(err))
+			fmt.Fprintf(stderr, "(%s; the conversation goes on)\n", termsafe.String(UserMessage(err)))
 			continue
 		case err != nil && !errors.Is(err, context.Canceled):
 			return err
 		}
 		if turn.Notice != "" {
-			fmt.Fprintf(stderr, "\n(%s)", turn.Notice)
+			fmt.Fprintf(stderr, "\n(%s)", termsafe.String(turn.Notice))
 		}
 		if turn.Stats.StopReason == inference.StopContext {
 			fmt.Fprint(stderr, "\n(the reply reached the end of the model's context)")

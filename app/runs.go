@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/inloop/inloop/internal/termsafe"
 	"github.com/inloop/inloop/store"
 )
 
@@ -99,7 +100,7 @@ func showRun(e *env, w *Workspace, id int64) error {
 		fmt.Fprintf(out, "  output   %s\n", r.Output)
 	}
 	if r.Error != "" {
-		fmt.Fprintf(out, "  error    %s\n", r.Error)
+		fmt.Fprintf(out, "  error    %s\n", termsafe.String(r.Error))
 	}
 	if r.Status == store.StatusInterrupted || r.Status == store.StatusFailed || r.Status == store.StatusCancelled {
 		fmt.Fprintf(out, "  continue with: inloop runs resume %d\n", r.ID)

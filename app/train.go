@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inloop/inloop/internal/termsafe"
 	"github.com/inloop/inloop/training/trainer"
 )
 
@@ -136,9 +137,9 @@ func trainCmd(e *env, args []string) error {
 func printProgress(stdout, stderr io.Writer, p Progress) {
 	switch p.Phase {
 	case PhaseInfo:
-		fmt.Fprintln(stdout, p.Message)
+		fmt.Fprintln(stdout, termsafe.String(p.Message))
 	case PhaseWarning:
-		fmt.Fprintln(stderr, "warning:", p.Message)
+		fmt.Fprintln(stderr, "warning:", termsafe.String(p.Message))
 	case PhaseTrain:
 		line := fmt.Sprintf("Iter %d: Train loss %.3f, Learning Rate %.3e, Tokens/sec %.1f, Trained Tokens %d", p.Step, p.Loss, p.LR, p.TokensPerSec, p.Tokens)
 		if p.PeakMemory > 0 {
@@ -155,7 +156,7 @@ func printProgress(stdout, stderr io.Writer, p Progress) {
 	case PhaseTest:
 		fmt.Fprintf(stdout, "Test loss %.3f, Test ppl %.3f.\n", p.TestLoss, math.Exp(p.TestLoss))
 	case PhaseDownload:
-		fmt.Fprintf(stdout, "\r%-48s %8.1f / %.1f MB", p.File, float64(p.Done)/1e6, float64(p.Total)/1e6)
+		fmt.Fprintf(stdout, "\r%-48s %8.1f / %.1f MB", termsafe.String(p.File), float64(p.Done)/1e6, float64(p.Total)/1e6)
 		if p.Done == p.Total {
 			fmt.Fprintln(stdout)
 		}
