@@ -51,7 +51,7 @@ type Metrics struct {
 	NLL      float64 `json:"nll"`   // mean −log p(label)
 	Brier    float64 `json:"brier"` // mean Σₖ (pₖ − [k = label])²
 	ECE      float64 `json:"ece"`   // Σ_b (n_b/N)·|accuracy_b − confidence_b|, DefaultBins bins
-	Bins     []Bin   `json:"bins"`
+	Bins     []Bin   `json:"bins,omitempty"`
 }
 
 // Softmax returns softmax(scores/t), computed stably.
