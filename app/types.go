@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/store"
+	"github.com/inloop/inloop/training/trainer"
 )
 
 // The store's records as the window and other callers of the Workspace see them;
@@ -19,7 +21,50 @@ type (
 	Chat      = store.Chat
 	Message   = store.Message
 	Feedback  = store.Feedback
+
+	// ReplyStats are a reply's figures: tokens, speed, KV bytes, why it stopped.
+	ReplyStats = inference.Stats
+	// Sampling is how the next token is drawn.
+	Sampling = inference.SampleOptions
+	// MemoryEstimate is what a training run is expected to hold.
+	MemoryEstimate = trainer.Estimate
 )
+
+// Why a reply stopped (ReplyStats.StopReason).
+const (
+	StopToken     = inference.StopToken     // the model ended its turn
+	StopString    = inference.StopString    // a stop string of the template
+	StopMaxTokens = inference.StopMaxTokens // the reply reached its token limit
+	StopContext   = inference.StopContext   // the model's context is full
+	StopCancelled = inference.StopCancelled // the user stopped it
+)
+
+// ContextUse is what a chat holds in the KV cache against its model's context.
+type ContextUse struct {
+	Tokens, Limit int   // Limit is 0 when the model sets none
+	Bytes         int64 // the cache's bytes now
+	BytesPerToken int64
+}
+
+// ContextUse reads the figures of the last reply st against the chat's model.
+func (c *ChatSession) ContextUse(st ReplyStats) ContextUse {
+	cfg := c.model.Config()
+	per := int64(2 * cfg.NumHiddenLayers * cfg.NumKeyValueHeads * cfg.Head() * 4)
+	return ContextUse{Tokens: int(st.KVBytes / max(per, 1)), Limit: c.model.ContextLength(), Bytes: st.KVBytes, BytesPerToken: per}
+}
+
+// EstimateTrainFor is EstimateTrain for a registered model.
+func (w *Workspace) EstimateTrainFor(ctx context.Context, model string, batch, seq, rank, layers int) (MemoryEstimate, error) {
+	info, err := w.ResolveModel(ctx, model)
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	cfg, err := inference.ReadConfig(info.Path)
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	return EstimateTrain(cfg, info.Bytes, batch, seq, rank, layers), nil
+}
 
 // AddFeedback records a thumb (+1 or -1) on a stored reply, with the user's
 // correction when they gave one. It changes no weights: the adaptation methods

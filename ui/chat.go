@@ -12,7 +12,6 @@ import (
 	"fyne.io/fyne/v2/widget"
 
 	"github.com/inloop/inloop/app"
-	"github.com/inloop/inloop/inference"
 )
 
 // chatScreen: pick a model (and adapter), talk to it with streamed replies, see
@@ -132,7 +131,7 @@ func (c *chatScreen) newChat() {
 		maxTok = 256
 	}
 	spec := app.ChatSpec{Model: c.model.Selected, Adapter: c.adapters[c.adapter.Selected], System: c.system.Text, MaxTokens: maxTok,
-		Sampling: inference.SampleOptions{Temperature: c.temp.Value, TopP: 0.95}}
+		Sampling: app.Sampling{Temperature: c.temp.Value, TopP: 0.95}}
 	c.list.RemoveAll()
 	c.kv.SetValue(0)
 	c.kv.TextFormatter = func() string { return "KV cache: empty" }
@@ -202,7 +201,7 @@ func (c *chatScreen) submit() {
 			}
 			stats.SetText(replyStats(turn.Stats))
 			c.status.SetText(turn.Notice)
-			if turn.Stats.StopReason == inference.StopContext {
+			if turn.Stats.StopReason == app.StopContext {
 				c.status.SetText("The reply reached the end of the model's context.")
 			}
 			c.showKV(turn.Stats)
@@ -226,11 +225,9 @@ func (c *chatScreen) setBusy(b bool) {
 }
 
 // showKV fills the KV meter: this conversation's cache against a full context.
-func (c *chatScreen) showKV(st inference.Stats) {
-	cfg := c.session.Model().Config()
-	perToken := int64(2 * cfg.NumHiddenLayers * cfg.NumKeyValueHeads * cfg.Head() * 4)
-	limit := c.session.Model().ContextLength()
-	tokens := st.KVBytes / max(perToken, 1)
+func (c *chatScreen) showKV(st app.ReplyStats) {
+	use := c.session.ContextUse(st)
+	tokens, limit := use.Tokens, use.Limit
 	if limit > 0 {
 		c.kv.Max = float64(limit)
 	} else {
@@ -292,19 +289,19 @@ func messageBubble(who, text string) fyne.CanvasObject {
 	return container.NewStack(bg, container.NewVBox(widget.NewLabelWithStyle(who, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), l))
 }
 
-func replyStats(st inference.Stats) string {
+func replyStats(st app.ReplyStats) string {
 	return fmt.Sprintf("%d tokens · first token %d ms · %.1f tok/s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.DecodeTPS, stopText(st.StopReason))
 }
 
 func stopText(reason string) string {
 	switch reason {
-	case inference.StopToken, inference.StopString:
+	case app.StopToken, app.StopString:
 		return "finished"
-	case inference.StopMaxTokens:
+	case app.StopMaxTokens:
 		return "max tokens reached"
-	case inference.StopContext:
+	case app.StopContext:
 		return "context full"
-	case inference.StopCancelled:
+	case app.StopCancelled:
 		return "stopped"
 	}
 	return reason

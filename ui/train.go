@@ -13,7 +13,6 @@ import (
 	"fyne.io/fyne/v2/widget"
 
 	"github.com/inloop/inloop/app"
-	"github.com/inloop/inloop/inference"
 )
 
 // trainScreen: a LoRA/QLoRA form with sane defaults and the memory estimate before
@@ -140,16 +139,11 @@ func (s *trainScreen) updateEstimate() {
 	if s.estimate == nil || s.model.Selected == "" {
 		return
 	}
-	info, err := s.u.ws.ResolveModel(s.u.ctx, s.model.Selected)
+	e, err := s.u.ws.EstimateTrainFor(s.u.ctx, s.model.Selected, atoi(s.batch, 4), atoi(s.maxSeq, 512), atoi(s.rank, 8), atoi(s.layers, -1))
 	if err != nil {
 		s.estimate.SetText("")
 		return
 	}
-	cfg, err := inference.ReadConfig(info.Path)
-	if err != nil {
-		return
-	}
-	e := app.EstimateTrain(cfg, info.Bytes, atoi(s.batch, 4), atoi(s.maxSeq, 512), atoi(s.rank, 8), atoi(s.layers, -1))
 	text := fmt.Sprintf("This run should hold about %s in memory (weights %s, activations %s).", bytesText(e.Total()), bytesText(e.Weights), bytesText(e.Activations))
 	if e.Available > 0 {
 		text += fmt.Sprintf(" %s is available.", bytesText(e.Available))
