@@ -2,6 +2,7 @@ package inference
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -205,6 +206,46 @@ func TestSessionPrefixReuse(t *testing.T) {
 	}
 	if got := s.Tokens(); len(got) != len(other) || s.Cache().Len() != len(other) {
 		t.Errorf("session holds %d tokens, cache %d, want %d", len(got), s.Cache().Len(), len(other))
+	}
+}
+
+// A session that holds a prompt and gets another that agrees with it on the
+// first d tokens, for every d from 0 to its length (a different token at d, the
+// prompt cut at d, or extended after it), gives the logits a fresh session gives:
+// reusing one cached token too many would keep a key and value the new prompt
+// does not have.
+func TestSessionPrefixReuseAtEveryDivergence(t *testing.T) {
+	b := cpu(t)
+	cfg := tinyConfig("llama")
+	m := NewRandom(cfg, 5, b)
+	held := tokenSeq(12, cfg.VocabSize, 7)
+	sess := NewSession(m)
+	for d := 0; d <= len(held); d++ {
+		other := (held[min(d, len(held)-1)] + 1) % cfg.VocabSize
+		for _, prompt := range [][]int{
+			append(slices.Clone(held[:d]), other, 3), // diverges at d
+			append(slices.Clone(held[:d]), other),    // diverges at d, in the last token
+			slices.Clone(held[:max(d, 1)]),           // a prefix of what is held
+		} {
+			if _, _, err := sess.Prefill(held); err != nil {
+				t.Fatal(err)
+			}
+			got, reused, err := sess.Prefill(prompt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, err := NewSession(m).Prefill(prompt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dd := maxAbsDiff(floats(t, got), floats(t, want)); dd > 2e-5 {
+				t.Errorf("held %d tokens, prompt %v agreeing on %d: reused %d, logits differ from a fresh session's by %g",
+					len(held), prompt, d, reused, dd)
+			}
+			if !slices.Equal(sess.Tokens(), prompt) || sess.Cache().Len() != len(prompt) {
+				t.Errorf("prompt agreeing on %d: the session holds %v (cache %d), want the prompt", d, sess.Tokens(), sess.Cache().Len())
+			}
+		}
 	}
 }
 
