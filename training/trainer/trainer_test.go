@@ -1,13 +1,16 @@
 package trainer
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -221,15 +224,20 @@ func TestCancelKeepsCheckpoint(t *testing.T) {
 }
 
 // The kill test: a child process trains with a checkpoint every few steps and
-// is killed with SIGKILL after its first checkpoint; a resume must then end
-// exactly where an uninterrupted run with the same seed ends.
+// is killed with SIGKILL at a random step after its first checkpoint; a resume
+// must then end bit for bit where an uninterrupted run with the same seed ends.
+// Three micro-batches of two rows over four examples make a step one and a half
+// epochs, so checkpoints fall both inside an epoch and at its end.
 
-const helperEnv = "INLOOP_TRAIN_HELPER_DIR"
+const (
+	helperEnv   = "INLOOP_TRAIN_HELPER_DIR"
+	killStepEnv = "INLOOP_KILL_STEP" // kill at this step instead of a random one
+)
 
 func killConfig(dir string) Config {
 	cfg := baseConfig(filepath.Join(dir, "model"), filepath.Join(dir, "data"), filepath.Join(dir, "killed"))
-	cfg.Iters, cfg.SaveEvery, cfg.StepsPerEval = 24, 4, -1
-	cfg.Dropout, cfg.GradAccumulation = 0.1, 2
+	cfg.Iters, cfg.SaveEvery, cfg.StepsPerEval = 24, 3, -1
+	cfg.Dropout, cfg.GradAccumulation = 0.1, 3
 	cfg.Warmup, cfg.Cosine = 3, true
 	return cfg
 }
@@ -239,8 +247,11 @@ func TestHelperTrain(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestKillResume")
 	}
-	_, err := Run(context.Background(), killConfig(dir), func(Event) {
-		time.Sleep(40 * time.Millisecond) // slow enough to be killed mid-run
+	_, err := Run(context.Background(), killConfig(dir), func(ev Event) {
+		if ev.Kind == EventTrain {
+			fmt.Printf("step %d\n", ev.Step)
+		}
+		time.Sleep(15 * time.Millisecond) // slow enough to be killed mid-run
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -255,36 +266,53 @@ func TestKillResume(t *testing.T) {
 	tinyModelDir(t, dir)
 	dataDir(t, dir)
 	cfg := killConfig(dir)
+	// After the first checkpoint and before the last step; the child reports a
+	// step before saving its checkpoint, so it dies between two.
+	killAt := cfg.SaveEvery + 1 + rand.IntN(cfg.Iters-cfg.SaveEvery-2)
+	if v := os.Getenv(killStepEnv); v != "" {
+		var err error
+		if killAt, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("%s: %v", killStepEnv, err)
+		}
+	}
+	t.Logf("killing at step %d (%s=%d repeats this)", killAt, killStepEnv, killAt)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTrain$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	killedAt := -1
-	for time.Now().Before(deadline) {
-		if _, step, err := checkpoint.Latest(cfg.AdapterPath); err == nil {
-			killedAt = step
+	watchdog := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer watchdog.Stop()
+	var out strings.Builder
+	reached := false
+	for sc := bufio.NewScanner(stdout); sc.Scan(); {
+		out.WriteString(sc.Text() + "\n")
+		var step int
+		if _, err := fmt.Sscanf(sc.Text(), "step %d", &step); err == nil && step >= killAt {
+			cmd.Process.Kill() // SIGKILL
+			reached = true
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	cmd.Process.Kill() // SIGKILL
 	werr := cmd.Wait()
-	if killedAt < 0 {
-		t.Fatalf("no checkpoint appeared; child: %v\n%s", werr, out.String())
+	if !reached {
+		t.Fatalf("the child never reached step %d: %v\n%s%s", killAt, werr, out.String(), errOut.String())
 	}
 	if werr == nil {
 		t.Fatalf("the child finished before it was killed:\n%s", out.String())
 	}
 	_, step, err := checkpoint.Latest(cfg.AdapterPath)
-	if err != nil || step >= cfg.Iters {
-		t.Fatalf("after the kill: step %d, %v", step, err)
+	if err != nil || step < cfg.SaveEvery || step >= killAt {
+		t.Fatalf("after a kill at step %d: checkpoint step %d, %v; want one before it", killAt, step, err)
 	}
-	t.Logf("killed with checkpoint step %d on disk (first seen %d)", step, killedAt)
+	t.Logf("killed at step %d with checkpoint step %d on disk", killAt, step)
 
 	resumed := cfg
 	resumed.Resume = true
@@ -311,8 +339,9 @@ func TestKillResume(t *testing.T) {
 	if len(a) != len(b) || len(a) == 0 {
 		t.Fatalf("%d vs %d adapter arrays", len(a), len(b))
 	}
-	// Tolerance: exact on the cpu backend (same ops in the same order); 1e-6
-	// relative allows for a backend whose reductions are not deterministic.
+	// Exact: the cpu backend runs the same ops in the same order, so any
+	// difference, however small, is state the resume did not restore.
+	var differ, total int
 	var worst float64
 	for name, x := range a {
 		xv, _ := x.Float32s()
@@ -321,13 +350,15 @@ func TestKillResume(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for i := range xv {
-			d := math.Abs(float64(xv[i]-yv[i])) / (1e-6 + math.Abs(float64(yv[i])))
-			worst = max(worst, d)
+			total++
+			if math.Float32bits(xv[i]) != math.Float32bits(yv[i]) {
+				differ++
+				worst = max(worst, math.Abs(float64(xv[i]-yv[i])))
+			}
 		}
 	}
-	t.Logf("resumed vs uninterrupted: worst relative difference %g", worst)
-	if worst > 1e-6 {
-		t.Errorf("resumed run ends %g away (relative) from the uninterrupted one", worst)
+	if differ > 0 {
+		t.Errorf("resumed run differs from the uninterrupted one in %d of %d weights (by up to %g), want bit for bit", differ, total, worst)
 	}
 }
 
