@@ -6,11 +6,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/metrics"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/cpu"
+	"github.com/inloop/inloop/training/lora"
 )
 
 // heldBytes is the memory the process holds for the Go heap and the cpu backend's
@@ -71,5 +76,99 @@ func TestMemoryFlatOverLongRun(t *testing.T) {
 	t.Logf("held over steps 11-30: %d bytes, over the last 20 steps: %d bytes", early, late)
 	if early == 0 || late > early+early/4 {
 		t.Errorf("held memory grew from %d bytes early in the run to %d at its end, want within 25%%", early, late)
+	}
+}
+
+// The memory estimate against what short runs hold. The adapters, their
+// gradients and two moments are counted exactly; the whole run's peak (weights,
+// activations, garbage not yet collected) must be no more than 1.5× the
+// estimate, which a run is admitted on, and the estimate no more than twice the
+// peak, or runs that fit are refused. One shape is dominated by the logits, one
+// by the MLP; both are big enough that the backend's 64 MiB collection floor is
+// not most of what is held.
+func TestMemoryEstimateMatchesARun(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		hidden, inter, vocab  int
+		batch, seq, rank, lay int
+	}{
+		{"logits", 32, 64, 24576, 2, 256, 4, 2},
+		{"mlp", 32, 4096, 256, 2, 256, 4, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GC()
+			runtime.GC()
+			before := heldBytes()
+			b, err := mx.Open("cpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := inference.NewRandom(inference.Config{
+				ModelType: "llama", HiddenSize: tc.hidden, IntermediateSize: tc.inter, NumHiddenLayers: tc.lay,
+				NumAttentionHeads: 4, NumKeyValueHeads: 2, RMSNormEps: 1e-5, RopeTheta: 10000,
+				VocabSize: tc.vocab, TieWordEmbeddings: true, MaxPositionEmbeddings: 1024,
+			}, 1, b)
+			ex := examplesOf(tc.batch, tc.seq+1)
+			for i := range ex {
+				for j := range ex[i].Tokens {
+					ex[i].Tokens[j] = int32((i*7 + j*13) % tc.vocab)
+				}
+			}
+			a, err := newAdapterRun(m, ex, Options{
+				LoRA: lora.Config{NumLayers: -1, Rank: tc.rank}, Iters: 1, BatchSize: tc.batch,
+				MaxSeqLength: tc.seq, LearningRate: 1e-3, StepsPerReport: 1,
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := a.memory.Estimate
+			if a.memory.Batch != tc.batch || a.memory.Seq != tc.seq {
+				t.Fatalf("estimated for batch %d × %d tokens, want %d × %d", a.memory.Batch, a.memory.Seq, tc.batch, tc.seq)
+			}
+
+			stop, done := make(chan struct{}), make(chan struct{})
+			var peak int64
+			go func() {
+				defer close(done)
+				for {
+					peak = max(peak, heldBytes())
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Microsecond):
+					}
+				}
+			}()
+			err = a.loop(context.Background())
+			close(stop)
+			<-done
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := peak - before
+			t.Logf("estimate %s (weights %s, activations %s, optimizer %s, headroom %s); the run held %s at its peak",
+				fmtBytes(e.Total()), fmtBytes(e.Weights), fmtBytes(e.Activations), fmtBytes(e.Optimizer), fmtBytes(e.Headroom), fmtBytes(held))
+
+			// Adapters and gradients of the same shapes, and the optimizer's state.
+			var optimizer int64
+			for _, p := range a.params {
+				optimizer += 2 * p.Nbytes()
+			}
+			for _, s := range a.stepper.Optimizer.State().Arrays {
+				optimizer += s.Nbytes()
+			}
+			if e.Optimizer != optimizer {
+				t.Errorf("optimizer estimate %d bytes, want %d: adapters, their gradients and the optimizer's state", e.Optimizer, optimizer)
+			}
+			if e.Weights != m.WeightBytes() {
+				t.Errorf("weights estimate %d bytes, the model holds %d", e.Weights, m.WeightBytes())
+			}
+			if held > e.Total()*3/2 {
+				t.Errorf("the run held %s, more than 1.5× its estimate of %s", fmtBytes(held), fmtBytes(e.Total()))
+			}
+			if e.Total() > 2*held {
+				t.Errorf("the estimate of %s is more than twice the %s the run held", fmtBytes(e.Total()), fmtBytes(held))
+			}
+		})
 	}
 }
