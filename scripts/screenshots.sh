@@ -19,7 +19,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
 go build -o "$work/inloop" .
 export INLOOP_HOME="$work/home" LANG=en_US.UTF-8
 
@@ -31,9 +33,11 @@ awk 'BEGIN{RS=""} {gsub(/["\\]/,""); gsub(/[ \t\n]+/," "); if (length($0) > 80) 
   --learning-rate 5e-4 --steps-per-report 4 --steps-per-eval 10 >/dev/null
 
 Xvfb :97 -screen 0 1280x800x24 >/dev/null 2>&1 &
+pids+=($!)
 export DISPLAY=:97
 sleep 1
 "$work/inloop" >"$work/app.log" 2>&1 &
+pids+=($!)
 win=$(xdotool search --sync --name '^Inloop$' | head -1)
 sleep 3
 shot() { sleep "${2:-1}"; import -window "$win" "$out/$1.png"; echo "$out/$1.png"; }
