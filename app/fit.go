@@ -23,7 +23,7 @@ func (f Fit) String() string {
 		}
 		return "no"
 	}
-	return fmt.Sprintf("chat: %s (%s), LoRA: %s (%s)", mark(f.Chat), fmtBytes(f.ChatBytes), mark(f.LoRA), fmtBytes(f.LoRABytes))
+	return fmt.Sprintf("chat: %s (%s), LoRA: %s (%s)", mark(f.Chat), FormatBytes(f.ChatBytes), mark(f.LoRA), FormatBytes(f.LoRABytes))
 }
 
 // FitOf estimates what a registered model needs.
@@ -65,12 +65,15 @@ func EstimateTrain(cfg inference.Config, weightBytes int64, batch, seq, rank, la
 	return trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter)
 }
 
-func fmtBytes(n int64) string {
+// FormatBytes writes a size for a person: 1.23 GiB, 4.5 MiB, 300 KiB, 12 B.
+func FormatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
 	}
-	return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	return fmt.Sprintf("%d B", n)
 }

@@ -46,17 +46,16 @@ func taxCmd(e *env, args []string) error {
 	fmt.Fprintln(tw, "\tin the prompt\t\t\t\t\t│\tlearned (LoRA)\t\t\t\t\t")
 	for _, r := range rows {
 		ic, ad := r.InContext, r.Adapted
-		left := fmt.Sprintf("%d\t%d\t%s\t%s\t%.0f tok/s\t%.0f%%\t", r.Shots, ic.PromptTokens, bytesShort(ic.KVBytes), msText(ic.TTFT.Seconds()*1000), ic.DecodeTPS, 100*ic.Accuracy)
+		left := fmt.Sprintf("%d\t%d\t%s\t%s\t%.0f tok/s\t%.0f%%\t", r.Shots, ic.PromptTokens, FormatBytes(ic.KVBytes), msText(ic.TTFT.Seconds()*1000), ic.DecodeTPS, 100*ic.Accuracy)
 		if !ic.Fits {
 			left = fmt.Sprintf("%d\t%d\tdoes not fit the context\t\t\t\t", r.Shots, ic.PromptTokens)
 		}
-		right := fmt.Sprintf("%s\t%s\t%.0f tok/s\t%.0f%%\t%s\t", bytesShort(ad.KVBytes), msText(ad.TTFT.Seconds()*1000), ad.DecodeTPS, 100*ad.Accuracy, msText(ad.TrainDuration.Seconds()*1000))
+		right := fmt.Sprintf("%s\t%s\t%.0f tok/s\t%.0f%%\t%s\t", FormatBytes(ad.KVBytes), msText(ad.TTFT.Seconds()*1000), ad.DecodeTPS, 100*ad.Accuracy, msText(ad.TrainDuration.Seconds()*1000))
 		fmt.Fprintln(tw, left+"│\t"+right)
 	}
 	return tw.Flush()
 }
 
-func bytesShort(n int64) string { return fmtBytes(n) }
 
 func msText(ms float64) string {
 	if ms >= 1000 {
