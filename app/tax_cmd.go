@@ -56,7 +56,6 @@ func taxCmd(e *env, args []string) error {
 	return tw.Flush()
 }
 
-
 func msText(ms float64) string {
 	if ms >= 1000 {
 		return fmt.Sprintf("%.1f s", ms/1000)
