@@ -2,10 +2,12 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/inloop/inloop/adapt/ttt"
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
 	"github.com/inloop/inloop/store"
@@ -21,6 +23,10 @@ type ChatSpec struct {
 	MaxTokens int // 0: 512
 	Sampling  inference.SampleOptions
 	Raw       bool // continue the text as is, without the chat template
+	// TTT, when set, takes test-time training steps on each of the user's
+	// messages before answering it, on a temporary adapter thrown away after the
+	// reply (adapt/ttt). Each is stored as an adaptation event.
+	TTT *ttt.Options
 	// StopWhenFull makes a turn that no longer fits the model's context fail with
 	// ErrChatFull instead of dropping the oldest turns.
 	StopWhenFull bool
@@ -52,6 +58,7 @@ type ChatSession struct {
 	opts  inference.ReplyOptions
 	raw   bool
 	stop  bool // StopWhenFull
+	ttt   *ttt.Options
 	told  bool // the dropped-turns notice was given
 }
 
@@ -60,8 +67,9 @@ type Turn struct {
 	MessageID int64 // the stored reply
 	Text      string
 	Stats     inference.Stats
-	Dropped   int    // messages dropped from the front of the conversation before this turn
-	Notice    string // DroppedNotice the first time turns are dropped in this chat
+	Dropped   int         // messages dropped from the front of the conversation before this turn
+	Notice    string      // DroppedNotice the first time turns are dropped in this chat
+	TTT       *ttt.Result // the test-time training before this reply, when on
 }
 
 // StartChat opens a new conversation and records it.
@@ -97,7 +105,7 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if err != nil {
 		return nil, err
 	}
-	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull,
+	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull, ttt: spec.TTT,
 		opts: inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw}}
 	if spec.System != "" {
 		c.msgs = append(c.msgs, chat.Message{Role: "system", Content: spec.System})
@@ -142,10 +150,19 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 	}
 	c.msgs = msgs
 	var err error
+	sess, done := c.sess, func() error { return nil }
+	if c.ttt != nil && !c.raw {
+		if sess, done, turn.TTT, err = c.testTimeTrain(ctx, text); err != nil {
+			return turn, err
+		}
+	}
 	if c.raw {
-		turn.Text, turn.Stats, err = c.rep.ReplyText(ctx, c.sess, text, c.opts, onText)
+		turn.Text, turn.Stats, err = c.rep.ReplyText(ctx, sess, text, c.opts, onText)
 	} else {
-		turn.Text, turn.Stats, err = c.rep.ReplyTokens(ctx, c.sess, ids, c.opts, onText)
+		turn.Text, turn.Stats, err = c.rep.ReplyTokens(ctx, sess, ids, c.opts, onText)
+	}
+	if derr := done(); err == nil {
+		err = derr
 	}
 	c.msgs = append(c.msgs, chat.Message{Role: "assistant", Content: turn.Text})
 	var serr error
@@ -153,7 +170,44 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 	if err == nil {
 		err = serr
 	}
+	if turn.TTT != nil && serr == nil {
+		c.recordTTT(ctx, turn)
+	}
 	return turn, err
+}
+
+// testTimeTrain adapts a fork of the chat's model on the user's message and
+// returns a session of it for this reply, and the function that throws the
+// temporary adapter away.
+func (c *ChatSession) testTimeTrain(ctx context.Context, text string) (*inference.Session, func() error, *ttt.Result, error) {
+	toks, err := c.rep.Tokenizer.Encode(text, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	applied, res, err := ttt.Adapt(ctx, c.model, [][]int{toks}, *c.ttt, nil)
+	if errors.Is(err, ttt.ErrNoContext) { // a message too short to learn from
+		return c.sess, func() error { return nil }, &res, nil
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if res.Skipped {
+		return c.sess, applied.Done, &res, nil
+	}
+	return inference.NewSession(applied.Model()), applied.Done, &res, nil
+}
+
+// recordTTT stores a test-time training step as an adaptation event.
+func (c *ChatSession) recordTTT(ctx context.Context, turn Turn) {
+	r := turn.TTT
+	losses := make([]float64, len(r.Steps))
+	for i, s := range r.Steps {
+		losses[i] = s.Loss
+	}
+	detail, _ := json.Marshal(map[string]any{"skipped": r.Skipped, "steps": len(r.Steps), "losses": losses, "pieces": r.Pieces})
+	v := int(r.BaseVersion)
+	_, _ = c.w.Store.AddAdaptationEvent(context.WithoutCancel(ctx), store.AdaptationEvent{Model: c.Info.Name, ChatID: c.ID, MessageID: turn.MessageID,
+		Method: store.MethodTTT, MS: r.TotalMS, VersionBefore: v, VersionAfter: v, Detail: detail})
 }
 
 // fit renders msgs and, while the prompt leaves too little room for a reply in the

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inloop/inloop/adapt/ttt"
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/mlxbridge/cpu"
+	"github.com/inloop/inloop/store"
 )
 
 func TestChatSessionStoresTurnsAndReusesCache(t *testing.T) {
@@ -199,5 +201,33 @@ func TestGenerateRefusesAPromptLongerThanTheContext(t *testing.T) {
 	code := Main([]string{"generate", "--data-dir", t.TempDir(), "--backend", "cpu", "--model", "demo", "--raw", "--prompt", strings.Repeat("hacker ", 700)}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "tokens and this model reads at most 512") || strings.Contains(errb.String(), "inference:") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// With test-time training on, each reply is preceded by steps on the user's
+// message, on a temporary adapter: the chat's own adapters never change, and the
+// steps are stored as an adaptation event.
+func TestChatWithTestTimeTraining(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 8, Sampling: inference.SampleOptions{Temperature: 0}, TTT: &ttt.Options{Steps: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Model().AdapterVersion()
+	turn, err := c.Send(ctx, "The lighthouse keeper of Varnholm island counts ships every night and writes their names in a green book.", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turn.TTT == nil || len(turn.TTT.Steps) != 2 || turn.TTT.TotalMS <= 0 {
+		t.Fatalf("TTT result %+v", turn.TTT)
+	}
+	if after := c.Model().AdapterVersion(); after != before {
+		t.Errorf("the chat's adapter version moved from %d to %d", before, after)
+	}
+	evs, err := w.Store.AdaptationEvents(ctx, store.EventFilter{ChatID: c.ID})
+	if err != nil || len(evs) != 1 || evs[0].Method != store.MethodTTT || evs[0].MessageID != turn.MessageID || evs[0].MS <= 0 {
+		t.Errorf("events %+v, %v", evs, err)
 	}
 }
