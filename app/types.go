@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/inloop/inloop/adapt/ttt"
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/store"
 	"github.com/inloop/inloop/training/trainer"
@@ -28,6 +29,9 @@ type (
 	Sampling = inference.SampleOptions
 	// MemoryEstimate is what a training run is expected to hold.
 	MemoryEstimate = trainer.Estimate
+	// TTTOptions steer test-time training in a chat; the zero value is the
+	// defaults.
+	TTTOptions = ttt.Options
 )
 
 // Why a reply stopped (ReplyStats.StopReason).

@@ -26,6 +26,7 @@ type chatScreen struct {
 	tempLabel      *widget.Label
 	maxTokens      *widget.Entry
 	system         *widget.Entry
+	ttt            *widget.Check
 
 	list   *fyne.Container // the messages
 	scroll *container.Scroll
@@ -54,6 +55,7 @@ func newChatScreen(u *UI) *chatScreen {
 	c.system = widget.NewMultiLineEntry()
 	c.system.SetPlaceHolder("System prompt (optional)")
 	c.system.SetMinRowsVisible(2)
+	c.ttt = widget.NewCheck("Learn from each message before answering (test-time training; the lesson is discarded after the reply)", func(bool) { c.newChat() })
 
 	c.list = container.NewVBox()
 	c.scroll = container.NewVScroll(c.list)
@@ -72,6 +74,7 @@ func newChatScreen(u *UI) *chatScreen {
 			widget.NewFormItem("Temperature", container.NewBorder(nil, nil, nil, c.tempLabel, c.temp)),
 			widget.NewFormItem("Max tokens", c.maxTokens),
 			widget.NewFormItem("System", c.system),
+			widget.NewFormItem("Adapt", c.ttt),
 		)))
 	top := container.NewVBox(
 		container.NewBorder(nil, nil, nil, newBtn, container.NewGridWithColumns(2,
@@ -132,6 +135,9 @@ func (c *chatScreen) newChat() {
 	}
 	spec := app.ChatSpec{Model: c.model.Selected, Adapter: c.adapters[c.adapter.Selected], System: c.system.Text, MaxTokens: maxTok,
 		Sampling: app.Sampling{Temperature: c.temp.Value, TopP: 0.95}}
+	if c.ttt.Checked {
+		spec.TTT = &app.TTTOptions{}
+	}
 	c.list.RemoveAll()
 	c.kv.SetValue(0)
 	c.kv.TextFormatter = func() string { return "KV cache: empty" }
@@ -199,7 +205,11 @@ func (c *chatScreen) submit() {
 			if first {
 				reply.SetText("(no text)")
 			}
-			stats.SetText(replyStats(turn.Stats))
+			text := replyStats(turn.Stats)
+			if r := turn.TTT; r != nil && len(r.Steps) > 0 {
+				text = fmt.Sprintf("learned %d steps in %.0f ms · ", len(r.Steps), r.TotalMS) + text
+			}
+			stats.SetText(text)
 			c.status.SetText(turn.Notice)
 			if turn.Stats.StopReason == app.StopContext {
 				c.status.SetText("The reply reached the end of the model's context.")
