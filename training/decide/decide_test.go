@@ -149,8 +149,16 @@ func TestHeadGradientsFiniteDifferences(t *testing.T) {
 		return mx.FromData(a.Backend(), mx.Float32, v, a.Shape()...)
 	}
 	params := map[string]*mx.Array{}
+	fixed := map[string]*mx.Array{}
 	for n, a := range m.head {
-		params[n] = randomize(a, 0.3) // a marker vector and bias away from zero
+		if isFixed(n) {
+			fixed[n] = randomize(a, 0.1)
+			if strings.HasSuffix(n, "scale") {
+				fixed[n] = mx.AddScalar(mx.Abs(fixed[n]), 0.5)
+			}
+			continue
+		}
+		params[n] = randomize(a, 0.3) // a marker vector, pool and bias away from zero
 	}
 	for n, a := range lora.Params(m.model) {
 		params[n] = randomize(a, 0.2)
@@ -176,6 +184,9 @@ func TestHeadGradientsFiniteDifferences(t *testing.T) {
 		}
 		if err := lora.SetParams(m.model, ad); err != nil {
 			return mx.ErrorArray(err)
+		}
+		for n, a := range fixed {
+			named[n] = a
 		}
 		return loss(m.model, named, task, bt)
 	}
@@ -210,7 +221,7 @@ func TestHeadGradientsFiniteDifferences(t *testing.T) {
 			checked++
 		}
 	}
-	if checked < 18 {
+	if checked < 21 {
 		t.Errorf("checked %d coordinates", checked)
 	}
 }

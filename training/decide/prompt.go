@@ -170,7 +170,10 @@ type Sequence struct {
 	Tokens   []int // the whole sequence
 	Query    int   // position whose hidden state restricted decoding reads
 	Markers  []int // position of each option's marker
-	Cut      bool  // the state was cut to fit
+	// State is the span [State[0], State[1]) of the state's tokens, which the
+	// head's pooled term averages over.
+	State [2]int
+	Cut   bool // the state was cut to fit
 }
 
 // StateTokens tokenizes a state once, for all questions of its row.
@@ -185,6 +188,7 @@ func (e *Encoder) Sequence(qi int, state []int) Sequence {
 		state, s.Cut = state[:room], true
 	}
 	s.Tokens = make([]int, 0, len(qt.head)+len(state)+len(qt.tail)+len(qt.options))
+	s.State = [2]int{len(qt.head), len(qt.head) + len(state)}
 	s.Tokens = append(append(append(s.Tokens, qt.head...), state...), qt.tail...)
 	s.Query = len(s.Tokens) - 1
 	for _, m := range qt.markers {

@@ -24,14 +24,18 @@ import (
 const (
 	DefaultEpochs           = 3
 	DefaultBatchSize        = 8
-	DefaultLearningRate     = 2e-4
-	DefaultHeadLearningRate = 2e-3
+	DefaultLearningRate     = 3e-4
+	DefaultHeadLearningRate = 5e-3
 	DefaultRank             = 8
 	DefaultScale            = 10.0
 	DefaultMaxSeqLength     = 1024
 	DefaultStepsPerReport   = 10
 	DefaultClipGradNorm     = 1.0
 )
+
+// poolStatRows is how many training sequences per question set the pooled
+// state's standardization.
+const poolStatRows = 256
 
 // Options is one decision-model training run.
 type Options struct {
@@ -276,7 +280,19 @@ func Train(ctx context.Context, base *inference.Model, tok *tokenizer.Tokenizer,
 	}
 	emit(Event{Event: trainer.Event{Kind: trainer.EventVal, Step: 0, Iters: iters, ValLoss: zeroLoss}, Accuracy: accuracies(zero)})
 
-	params := maps.Clone(head)
+	var all []Sequence
+	for _, it := range items {
+		all = append(all, it.seqs...)
+	}
+	if err := setPoolStats(work, head, t, all, poolStatRows, marker); err != nil {
+		return nil, res, err
+	}
+	params := map[string]*mx.Array{}
+	for n, a := range head {
+		if !isFixed(n) {
+			params[n] = a
+		}
+	}
 	if !opts.HeadOnly {
 		maps.Copy(params, lora.Params(work))
 	}
@@ -328,7 +344,9 @@ func Train(ctx context.Context, base *inference.Model, tok *tokenizer.Tokenizer,
 			Weight: float32(len(labels)),
 			Tokens: int64(bt.tokens),
 			Loss: func(mm *inference.Model, p map[string]*mx.Array) *mx.Array {
-				return loss(mm, p, t, bt)
+				full := maps.Clone(head) // the fixed weights beside the traced ones
+				maps.Copy(full, p)
+				return loss(mm, full, t, bt)
 			},
 		}})
 		if err != nil {
@@ -344,7 +362,9 @@ func Train(ctx context.Context, base *inference.Model, tok *tokenizer.Tokenizer,
 		windowWeight += sr.Weight
 		windowTokens += sr.Tokens
 		for n := range head {
-			head[n] = params[n]
+			if !isFixed(n) {
+				head[n] = params[n]
+			}
 		}
 		if step%opts.StepsPerReport == 0 || step == iters {
 			now := time.Now()
