@@ -430,7 +430,9 @@ func (w *Workspace) StartDecideEval(ctx context.Context, spec DecideEvalSpec) (*
 			if m.Split == nil {
 				return nil, "", errors.New("the decision model has no split to take held-out rows from")
 			}
-			rows = m.Split.HeldoutRows(rows)
+			if _, rows, err = m.Split.Apply(rows); err != nil {
+				return nil, "", fmt.Errorf("--heldout needs the rows the model was trained on: %w", err)
+			}
 		}
 		emit(Progress{Phase: PhaseInfo, Message: fmt.Sprintf("evaluating on %d rows (%d bad lines left out)", len(rows), rep.Bad)})
 		ev, err := m.Evaluate(ctx, rows)
@@ -640,7 +642,9 @@ func decideEvalCmd(e *env, args []string) error {
 		tw := newTable(e.stdout)
 		fmt.Fprintln(tw, "  THRESHOLD\tAUTO-DECIDED\tACCURACY")
 		for _, p := range qe.Coverage {
-			fmt.Fprintf(tw, "  %.2f\t%.1f%%\t%.3f\n", p.Threshold, 100*p.Coverage, p.Accuracy)
+			if calibrate.IsDefaultThreshold(p.Threshold) {
+				fmt.Fprintf(tw, "  %.2f\t%.1f%%\t%.3f\n", p.Threshold, 100*p.Coverage, p.Accuracy)
+			}
 		}
 		tw.Flush()
 	}

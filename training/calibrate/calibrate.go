@@ -290,8 +290,29 @@ type CoveragePoint struct {
 	N         int     `json:"n"`        // answers covered
 }
 
-// DefaultThresholds are the rows of the coverage table a task reports.
+// DefaultThresholds are the rows of the coverage table a report prints.
 var DefaultThresholds = []float64{0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99}
+
+// SliderThresholds are 0, 0.01, …, 1: the coverage table a threshold slider
+// reads, DefaultThresholds among them.
+var SliderThresholds = func() []float64 {
+	ts := make([]float64, 101)
+	for i := range ts {
+		ts[i] = float64(i) / 100
+	}
+	return ts
+}()
+
+// IsDefaultThreshold reports whether t is one of DefaultThresholds, for
+// printing the short table out of the slider's.
+func IsDefaultThreshold(t float64) bool {
+	for _, d := range DefaultThresholds {
+		if math.Abs(d-t) < 1e-9 {
+			return true
+		}
+	}
+	return false
+}
 
 // Coverage returns the coverage/accuracy table at the given thresholds, sorted.
 func Coverage(conf []float64, correct []bool, thresholds []float64) []CoveragePoint {

@@ -177,6 +177,9 @@ func TestCoverage(t *testing.T) {
 			t.Errorf("row %d = %+v, want %+v", i, g, w)
 		}
 	}
+	if len(SliderThresholds) != 101 || SliderThresholds[85] != 0.85 || !IsDefaultThreshold(SliderThresholds[85]) || IsDefaultThreshold(0.86) {
+		t.Errorf("slider thresholds %v", SliderThresholds)
+	}
 	if th, ok := ThresholdFor(table, 0.95); !ok || th != 0.9 {
 		t.Errorf("threshold for 95%% accuracy = %v, %v; want 0.9", th, ok)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/tokenizer"
 	"github.com/inloop/inloop/resources"
+	"github.com/inloop/inloop/training/calibrate"
 )
 
 // The measurement behind README's "Decision models" table: the bundled demo
@@ -33,6 +34,7 @@ var (
 	demoHeadLR  = flag.Float64("demo-head-lr", 0, "head learning rate (0: the default)")
 	demoEvalOut = flag.String("demo-out", "", "write the figures as JSON to this file")
 	demoEval    = flag.Int("demo-eval-every", -1, "held-out curve every N updates (-1: only at the start and the end)")
+	demoSave    = flag.String("demo-save", "", "save the last size's decision model into this folder (its backbone named demo)")
 )
 
 // demoModel writes the bundled demo model to a folder and loads it.
@@ -138,6 +140,12 @@ func TestDemoTickets(t *testing.T) {
 		}
 		out = append(out, demoFigures{Rows: fmt.Sprint(res.TrainRows), Steps: res.Steps, Seconds: time.Since(began).Seconds(),
 			Questions: m.Calibration.Questions, Cases: caseAccuracy(t, m, held, cases)})
+		if *demoSave != "" {
+			m.Meta.Base.Name = "demo"
+			if err := m.Save(*demoSave); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	t.Log("\n" + demoTable(task, out))
 	if *demoEvalOut != "" {
@@ -225,7 +233,9 @@ func demoTable(task *Task, figs []demoFigures) string {
 	for _, q := range task.Questions {
 		fmt.Fprintf(&b, "\ncoverage/accuracy, %s, %s training rows:\n| threshold | auto-decided | accuracy |\n|---|---|---|\n", q.Name, coverage.Rows)
 		for _, p := range coverage.Questions[q.Name].Coverage {
-			fmt.Fprintf(&b, "| %.2f | %.0f%% | %.3f |\n", p.Threshold, 100*p.Coverage, p.Accuracy)
+			if calibrate.IsDefaultThreshold(p.Threshold) {
+				fmt.Fprintf(&b, "| %.2f | %.0f%% | %.3f |\n", p.Threshold, 100*p.Coverage, p.Accuracy)
+			}
 		}
 	}
 	return b.String()

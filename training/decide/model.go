@@ -75,7 +75,8 @@ type QuestionCalibration struct {
 	// calibrated on the other half: what to expect on new rows. Absent with
 	// too few rows.
 	CrossFittedECE *float64 `json:"cross_fitted_ece,omitempty"`
-	// Coverage is the coverage/accuracy table after calibration.
+	// Coverage is the coverage/accuracy table after calibration, at
+	// calibrate.SliderThresholds (0, 0.01, …, 1).
 	Coverage []calibrate.CoveragePoint `json:"coverage"`
 }
 
@@ -327,7 +328,7 @@ func (m *Model) Evaluate(ctx context.Context, rows []Row) (*Evaluation, error) {
 		raw, _ := calibrate.Evaluate(scores[qi], labels[qi], 1)
 		cal, _ := calibrate.Evaluate(scores[qi], labels[qi], t)
 		conf, correct := calibrate.Confidences(scores[qi], labels[qi], t)
-		qe := &QuestionEvaluation{Raw: raw, Calibrated: cal, Coverage: calibrate.Coverage(conf, correct, calibrate.DefaultThresholds)}
+		qe := &QuestionEvaluation{Raw: raw, Calibrated: cal, Coverage: calibrate.Coverage(conf, correct, calibrate.SliderThresholds)}
 		if c := m.Calibration.question(q.Name); c != nil {
 			qe.Threshold = c.Threshold
 		}
@@ -361,7 +362,7 @@ func (m *Model) calibrateOn(scores [][][]float64, labels [][]int, zeroShot map[s
 			c.CrossFittedECE = &cf
 		}
 		conf, correct := calibrate.Confidences(scores[qi], labels[qi], t)
-		c.Coverage = calibrate.Coverage(conf, correct, calibrate.DefaultThresholds)
+		c.Coverage = calibrate.Coverage(conf, correct, calibrate.SliderThresholds)
 		m.Calibration.Questions[q.Name] = c
 	}
 	return nil
