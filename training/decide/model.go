@@ -28,15 +28,14 @@ type Model struct {
 // Meta is what a saved model records besides its weights, task and
 // calibration (decide.json).
 type Meta struct {
-	Format        int    `json:"format"`
-	PromptVersion int    `json:"prompt_version"`
-	Marker        int    `json:"marker"`
-	MaxSeqLength  int    `json:"max_seq_length"`
-	Adapter       bool   `json:"adapter"` // adapters.safetensors is there (false: head only)
-	Steps         int    `json:"steps"`
-	Base          Base   `json:"base"`
-	Rows          int    `json:"train_rows"`
-	Note          string `json:"note,omitempty"`
+	Format        int  `json:"format"`
+	PromptVersion int  `json:"prompt_version"`
+	Marker        int  `json:"marker"`
+	MaxSeqLength  int  `json:"max_seq_length"`
+	Adapter       bool `json:"adapter"` // adapters.safetensors is there (false: head only)
+	Steps         int  `json:"steps"`
+	Base          Base `json:"base"`
+	Rows          int  `json:"train_rows"`
 }
 
 // Base is the backbone a decision model was trained on, as much of it as a
@@ -89,15 +88,6 @@ type Decision struct {
 	Probs      map[string]float64 `json:"probs"`      // calibrated, every option
 	Scores     []float64          `json:"-"`          // the head's raw scores, in option order
 }
-
-// Encoder returns the model's prompt encoder.
-func (m *Model) Encoder() *Encoder { return m.enc }
-
-// Backbone returns the forked base model with the decision adapter on top.
-func (m *Model) Backbone() *inference.Model { return m.model }
-
-// Head returns the head's weights by name.
-func (m *Model) Head() map[string]*mx.Array { return m.head }
 
 // temperature is question q's calibrated temperature, 1 when uncalibrated.
 func (m *Model) temperature(q string) float64 {
