@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -448,4 +449,64 @@ func TestSaveWritesTheCurrentVersion(t *testing.T) {
 	if got[0][0].Choice != optionName(0, ws[0].label) {
 		t.Errorf("the saved model answers %s, corrected to %s", got[0][0].Choice, optionName(0, ws[0].label))
 	}
+}
+
+// Decide runs while feedback is handled, and always answers with one whole
+// version: its answers are those of a version before or after, never a mix.
+// (Run with -race to check the locking too.)
+func TestDecideDuringFeedback(t *testing.T) {
+	ctx := context.Background()
+	l := learner(t, Options{})
+	ws := wrong(t, l, fixture.rows[candidateFrom:candidateTo], 0)
+	probe := []string{ws[0].state}
+	seen := map[string]bool{}
+	answers := map[uint64][]string{0: decideBits(t, l, probe)}
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ds, _, err := l.Decide(ctx, probe)
+			if err != nil {
+				errs <- err
+				return
+			}
+			seen[fmt.Sprint(ds[0][0].Scores)] = true
+		}
+	}()
+	for _, w := range ws[:3] {
+		ev, err := l.ThumbDown(ctx, w.state, "team", optionName(0, w.label))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == KindRetrain {
+			answers[ev.VersionAfter] = decideBits(t, l, probe)
+		}
+	}
+	close(done)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	valid := map[string]bool{}
+	for v := range answers {
+		if _, err := l.RestoreVersion(v); err != nil {
+			t.Fatal(err)
+		}
+		ds, _, err := l.Decide(ctx, probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		valid[fmt.Sprint(ds[0][0].Scores)] = true
+	}
+	for s := range seen {
+		if !valid[s] {
+			t.Errorf("Decide answered %s during feedback, the scores of no version", s)
+		}
+	}
+	t.Logf("%d answers seen during %d versions", len(seen), len(answers))
 }

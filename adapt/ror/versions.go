@@ -1,0 +1,138 @@
+package ror
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// version is the weights at one point: the whole head, and the backbone's
+// adapter state (gen numbers the adapter states RoR made; equal gens, equal
+// adapters).
+type version struct {
+	id      uint64
+	head    map[string]*mx.Array
+	adapter inference.AdapterState
+	gen     uint64
+	anchor  float64 // anchor accuracy
+}
+
+// Version is the version Decide answers with.
+func (l *Learner) Version() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.current.id
+}
+
+// Versions lists the versions RestoreVersion can reach, oldest first.
+func (l *Learner) Versions() []uint64 {
+	l.busy.Lock()
+	defer l.busy.Unlock()
+	out := make([]uint64, len(l.versions))
+	for i, v := range l.versions {
+		out[i] = v.id
+	}
+	return out
+}
+
+// AnchorAccuracy is the current version's accuracy on the anchor set.
+func (l *Learner) AnchorAccuracy() float64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.current.anchor
+}
+
+// syncWork puts v's adapter on the work fork, when it holds another.
+func (l *Learner) syncWork(v *version) error {
+	if l.workGen == v.gen {
+		return nil
+	}
+	if _, err := l.work.RestoreAdapter(v.adapter); err != nil {
+		return fmt.Errorf("ror: %w", err)
+	}
+	l.workGen = v.gen
+	return nil
+}
+
+// install makes v the weights Decide answers with.
+func (l *Learner) install(v *version) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v.gen != l.current.gen {
+		if _, err := l.live.RestoreAdapter(v.adapter); err != nil {
+			return fmt.Errorf("ror: %w", err)
+		}
+	}
+	l.current = v
+	return nil
+}
+
+// commit records v as a new version and installs it; the one it replaces is
+// what Undo goes back to.
+func (l *Learner) commit(v *version) error {
+	prev := l.current
+	v.id = l.nextID
+	if err := l.install(v); err != nil {
+		return err
+	}
+	l.nextID++
+	l.versions = append(l.versions, v)
+	l.undo = append(l.undo, prev)
+	if extra := len(l.versions) - 1 - l.opts.History; extra > 0 {
+		gone := slices.Clone(l.versions[1 : 1+extra])
+		l.versions = append(l.versions[:1], l.versions[1+extra:]...)
+		l.undo = slices.DeleteFunc(l.undo, func(u *version) bool { return slices.Contains(gone, u) })
+	}
+	return nil
+}
+
+// Undo goes back to the version that was current before the last change (a
+// kept step or a restore), bit for bit; repeated, it walks further back,
+// skipping versions the history no longer holds.
+func (l *Learner) Undo() (Event, error) {
+	l.busy.Lock()
+	defer l.busy.Unlock()
+	began := time.Now()
+	ev := Event{Kind: KindUndo, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: l.current.anchor}
+	if len(l.undo) == 0 {
+		return ev, ErrNothingToUndo
+	}
+	prev := l.undo[len(l.undo)-1]
+	if err := l.install(prev); err != nil {
+		return ev, err
+	}
+	l.undo = l.undo[:len(l.undo)-1]
+	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchor
+	ev.MS = ms(time.Since(began))
+	return ev, nil
+}
+
+// RestoreVersion installs version id, bit for bit; Undo returns to the one
+// before.
+func (l *Learner) RestoreVersion(id uint64) (Event, error) {
+	l.busy.Lock()
+	defer l.busy.Unlock()
+	began := time.Now()
+	ev := Event{Kind: KindRestore, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: l.current.anchor}
+	i := slices.IndexFunc(l.versions, func(v *version) bool { return v.id == id })
+	if i < 0 {
+		return ev, fmt.Errorf("%w: %d", ErrVersion, id)
+	}
+	prev, v := l.current, l.versions[i]
+	if v == prev {
+		ev.AnchorAfter = v.anchor
+		return ev, nil
+	}
+	if err := l.install(v); err != nil {
+		return ev, err
+	}
+	l.undo = append(l.undo, prev)
+	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchor
+	ev.MS = ms(time.Since(began))
+	return ev, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
