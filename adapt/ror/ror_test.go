@@ -510,3 +510,19 @@ func TestDecideDuringFeedback(t *testing.T) {
 	}
 	t.Logf("%d answers seen during %d versions", len(seen), len(answers))
 }
+
+// A cancelled correction changes nothing.
+func TestCancelledCorrectionChangesNothing(t *testing.T) {
+	l := learner(t, Options{})
+	ws := wrong(t, l, fixture.rows[candidateFrom:candidateTo], 0)
+	head0 := headBits(t, l.current.head)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := l.ThumbDown(ctx, ws[0].state, "team", optionName(0, ws[0].label))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled thumb down: %v, want context.Canceled", err)
+	}
+	if l.Version() != 0 || !equalBits(headBits(t, l.current.head), head0) {
+		t.Error("a cancelled correction changed the weights")
+	}
+}
