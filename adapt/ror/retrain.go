@@ -107,11 +107,9 @@ func (l *Learner) retrain(ctx context.Context, corrections []*item) (Event, erro
 	for _, n := range l.trainables {
 		params[n] = cur.head[n]
 	}
-	var fresh func(*inference.Model) *inference.Model // the model features come from inside the loss; nil: the cache
 	bind := func(map[string]*mx.Array) (*inference.Model, error) { return l.work, nil }
 	if l.opts.TrainAdapter {
 		maps.Copy(params, lora.Params(l.work))
-		fresh = func(m *inference.Model) *inference.Model { return m }
 		bind = func(p map[string]*mx.Array) (*inference.Model, error) {
 			ad := map[string]*mx.Array{}
 			for n, a := range p {
@@ -141,9 +139,9 @@ func (l *Learner) retrain(ctx context.Context, corrections []*item) (Event, erro
 	batch := trainer.Batch{
 		Weight: float32(len(items)),
 		Loss: func(m *inference.Model, p map[string]*mx.Array) *mx.Array {
-			var src *inference.Model
-			if fresh != nil {
-				src = fresh(m)
+			var src *inference.Model // where the features come from: the cache (nil), or m's traced adapter
+			if l.opts.TrainAdapter {
+				src = m
 			}
 			return loss(src, m.Backend(), l.m.Task, headOf(p), items, weights, l.hidden, l.pad)
 		},
