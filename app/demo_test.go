@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/inferencetest"
 	"github.com/inloop/inloop/inference/tokenizer"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/training/trainer"
@@ -22,18 +23,7 @@ func loadDemo(t *testing.T) (string, *inference.Model, *tokenizer.Tokenizer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := mx.Open("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := inference.Load(dir, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, tok := inferencetest.Load(t, dir)
 	return dir, m, tok
 }
 

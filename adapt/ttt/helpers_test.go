@@ -7,32 +7,15 @@ import (
 	"testing"
 
 	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/inferencetest"
 	"github.com/inloop/inloop/inference/tokenizer"
-	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu"
-	"github.com/inloop/inloop/resources"
 )
 
 // demoModel writes the bundled demo model to a folder and loads it on cpu.
 func demoModel(t testing.TB) (*inference.Model, *tokenizer.Tokenizer) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "demo")
-	if err := os.CopyFS(dir, resources.DemoFS()); err != nil {
-		t.Fatal(err)
-	}
-	b, err := mx.Open("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := inference.Load(dir, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, tok
+	return inferencetest.Load(t, inferencetest.Demo(t))
 }
 
 // encode tokenizes a testdata file (or literal text) without special tokens.

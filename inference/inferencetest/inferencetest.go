@@ -15,8 +15,10 @@ import (
 	"testing"
 
 	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/tokenizer"
 	mx "github.com/inloop/inloop/mlxbridge"
 	_ "github.com/inloop/inloop/mlxbridge/cpu" // Dir builds the weights on cpu
+	"github.com/inloop/inloop/resources"
 )
 
 // Config is the tiny model's config.json.
@@ -119,4 +121,32 @@ func tokenizerPath(t testing.TB) string {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// Load loads the model folder dir on the cpu backend with its tokenizer.
+func Load(t testing.TB, dir string) (*inference.Model, *tokenizer.Tokenizer) {
+	t.Helper()
+	b, err := mx.Open("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := inference.Load(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, tok
+}
+
+// Demo writes the bundled demo model into a new folder and returns it.
+func Demo(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "demo")
+	if err := os.CopyFS(dir, resources.DemoFS()); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -50,19 +50,7 @@ func tinyIn(t testing.TB, dir string) (*inference.Model, *tokenizer.Tokenizer) {
 
 func loadTiny(t testing.TB, dir string) (*inference.Model, *tokenizer.Tokenizer) {
 	t.Helper()
-	b, err := mx.Open("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := inference.Load(dir, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, tok
+	return inferencetest.Load(t, dir)
 }
 
 // colorRows makes rows whose color is told by a thing of that color in the
