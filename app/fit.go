@@ -34,11 +34,17 @@ func FitOf(m store.Model) Fit {
 	}
 	e := EstimateTrain(cfg, m.Bytes, 4, 512, 8, -1)
 	// Chat: the weights, a full context's KV cache and working buffers.
-	kv := int64(2*cfg.NumHiddenLayers*cfg.NumKeyValueHeads*cfg.Head()*4) * int64(max(cfg.MaxPositionEmbeddings, 2048))
+	kv := kvBytesPerToken(cfg) * int64(max(cfg.MaxPositionEmbeddings, 2048))
 	f := Fit{ChatBytes: weightsInMemory(m) + kv + 64<<20, LoRABytes: e.Total(), Available: e.Available}
 	f.Chat = f.Available == 0 || f.ChatBytes <= f.Available
 	f.LoRA = f.Available == 0 || f.LoRABytes <= f.Available
 	return f
+}
+
+// kvBytesPerToken is what one token holds in the KV cache: a float32 key and
+// value per layer and key-value head.
+func kvBytesPerToken(cfg inference.Config) int64 {
+	return int64(2 * cfg.NumHiddenLayers * cfg.NumKeyValueHeads * cfg.Head() * 4)
 }
 
 // weightsInMemory is what the weights take once loaded: dense weights as float32

@@ -49,6 +49,12 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	return g
 }
 
+// sampling is the flags' sampling settings.
+func (g *genFlags) sampling() inference.SampleOptions {
+	return inference.SampleOptions{Temperature: g.temp, TopK: g.topK, TopP: g.topP, MinP: g.minP,
+		RepetitionPenalty: g.repPenalty, RepetitionWindow: g.repWin, Seed: uint64(g.seed)}
+}
+
 // runner is a loaded model's replier with the command's sampling settings.
 type runner struct {
 	model *inference.Model
@@ -81,10 +87,7 @@ func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer
 	if rep.Template != nil && rep.Template.Fallback() && !g.raw {
 		fmt.Fprintln(stderr, "warning: the model has no chat template; using ChatML")
 	}
-	r := &runner{model: m, rep: rep, raw: g.raw, opts: inference.ReplyOptions{MaxTokens: g.maxTokens, AddSpecialTokens: g.raw, Sampling: inference.SampleOptions{
-		Temperature: g.temp, TopK: g.topK, TopP: g.topP, MinP: g.minP,
-		RepetitionPenalty: g.repPenalty, RepetitionWindow: g.repWin, Seed: uint64(g.seed),
-	}}}
+	r := &runner{model: m, rep: rep, raw: g.raw, opts: inference.ReplyOptions{MaxTokens: g.maxTokens, AddSpecialTokens: g.raw, Sampling: g.sampling()}}
 	return r, r.opts.Sampling.Validate()
 }
 
@@ -158,8 +161,7 @@ func chatCmd(e *env, args []string) error {
 	}
 	defer w.Close()
 	c, err := w.StartChat(e.ctx, ChatSpec{Model: g.model, Adapter: g.adapter, System: g.system, MaxTokens: g.maxTokens, Raw: g.raw,
-		Sampling: inference.SampleOptions{Temperature: g.temp, TopK: g.topK, TopP: g.topP, MinP: g.minP,
-			RepetitionPenalty: g.repPenalty, RepetitionWindow: g.repWin, Seed: uint64(g.seed)}})
+		Sampling: g.sampling()})
 	if err != nil {
 		return err
 	}

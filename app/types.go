@@ -52,8 +52,7 @@ type ContextUse struct {
 
 // ContextUse reads the figures of the last reply st against the chat's model.
 func (c *ChatSession) ContextUse(st ReplyStats) ContextUse {
-	cfg := c.model.Config()
-	per := int64(2 * cfg.NumHiddenLayers * cfg.NumKeyValueHeads * cfg.Head() * 4)
+	per := kvBytesPerToken(c.model.Config())
 	return ContextUse{Tokens: int(st.KVBytes / max(per, 1)), Limit: c.model.ContextLength(), Bytes: st.KVBytes, BytesPerToken: per}
 }
 

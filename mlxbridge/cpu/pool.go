@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -88,7 +89,7 @@ func newF(n int) []float32 {
 	if p == nil {
 		p = C.malloc(C.size_t(c) * 4)
 		if p == nil {
-			panic("cpu: out of memory allocating " + itoa(int64(c)*4) + " bytes")
+			panic("cpu: out of memory allocating " + strconv.FormatInt(int64(c)*4, 10) + " bytes")
 		}
 	}
 	mem.Lock()
@@ -191,17 +192,4 @@ func goHeapLive() int64 {
 		return int64(s[1].Value.Uint64())
 	}
 	return 0
-}
-
-func itoa(v int64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
 }
