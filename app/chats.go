@@ -91,6 +91,9 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if !spec.Raw && rep.Template == nil {
 		return nil, fmt.Errorf("model %s has no chat template", info.Name)
 	}
+	if spec.MaxTokens < 0 {
+		return nil, fmt.Errorf("max tokens %d: a reply needs room for at least one token", spec.MaxTokens)
+	}
 	if spec.MaxTokens == 0 {
 		spec.MaxTokens = 512
 	}

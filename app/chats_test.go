@@ -231,3 +231,11 @@ func TestChatWithTestTimeTraining(t *testing.T) {
 		t.Errorf("events %+v, %v", evs, err)
 	}
 }
+
+func TestChatRefusesNegativeMaxTokens(t *testing.T) {
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	if _, err := w.StartChat(context.Background(), ChatSpec{Model: "demo", MaxTokens: -5}); err == nil || !strings.Contains(err.Error(), "max tokens -5") {
+		t.Errorf("max tokens -5: %v", err)
+	}
+}
