@@ -44,6 +44,9 @@ type Progress struct {
 	Tokens       int64
 	PeakMemory   int64
 	ETA          time.Duration
+	// Values are further figures of this update by name, e.g. a decision
+	// model's held-out accuracy per question ("accuracy/team").
+	Values map[string]float64
 
 	File        string // download
 	Done, Total int64

@@ -317,6 +317,10 @@ func decideProgress(ev decide.Event) Progress {
 	switch ev.Kind {
 	case trainer.EventVal:
 		p.Message = "held-out accuracy " + accuracyText(ev.Accuracy)
+		p.Values = make(map[string]float64, len(ev.Accuracy))
+		for q, a := range ev.Accuracy {
+			p.Values["accuracy/"+q] = a
+		}
 		if ev.Step == 0 {
 			p.Message = "zero-shot " + p.Message
 		}
@@ -356,6 +360,25 @@ func (w *Workspace) LoadDecisionModel(ctx context.Context, dir, model string) (*
 		return nil, err
 	}
 	return decide.Load(dir, base, tok)
+}
+
+// DecisionModels lists the decision models trained in this workspace whose
+// folders are still there, newest first.
+func (w *Workspace) DecisionModels(ctx context.Context) ([]DecisionTask, error) {
+	ts, err := w.Store.DecisionTasks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []DecisionTask
+	seen := map[string]bool{}
+	for _, t := range ts {
+		if t.Adapter == "" || seen[t.Adapter] || !isFile(filepath.Join(t.Adapter, decide.MetaFile)) {
+			continue
+		}
+		seen[t.Adapter] = true
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // SetDecisionThreshold sets, in the saved model in dir, the confidence below
