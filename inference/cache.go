@@ -31,6 +31,8 @@ type Cache struct {
 type LayerCache struct {
 	kt, v  *mx.Array // frozen: keys (B, Hkv, D, S0) and values (B, Hkv, S0, D), nil when empty
 	tk, tv *mx.Array // tail: (B, Hkv, S1, D), nil when empty
+
+	hook AttentionHook // takes part in this layer's attention (hook.go); kept by Trim and Reset
 }
 
 // NewCache returns an empty cache for m.
@@ -101,7 +103,7 @@ func (l *LayerCache) trim(n int) {
 	switch {
 	case n >= s0+s1:
 	case n <= 0:
-		*l = LayerCache{}
+		l.kt, l.v, l.tk, l.tv = nil, nil, nil, nil
 	case n <= s0:
 		l.kt, l.v = mx.SliceAxis(l.kt, 3, 0, n), mx.SliceAxis(l.v, 2, 0, n)
 		l.tk, l.tv = nil, nil
@@ -146,9 +148,20 @@ func transposeKeys(k *mx.Array) *mx.Array {
 }
 
 // Attend appends k, v (B, Hkv, L, D) to the cache and returns causal attention of
-// q (B, Hq, L, D) over everything cached, (B, Hq, L, D). A nil cache attends to k, v
-// alone (training, scoring).
-func (l *LayerCache) Attend(q, k, v *mx.Array, scale float32) *mx.Array {
+// q (B, Hq, L, D) over everything cached, (B, Hq, L, D). x (B, L, hidden) is the
+// layer's normalized input that q, k and v were projected from: the cache hands it,
+// with q, to the layer's AttentionHook when one is installed (hook.go), and
+// otherwise does not look at it. A nil cache attends to k, v alone (training,
+// scoring).
+func (l *LayerCache) Attend(x, q, k, v *mx.Array, scale float32) *mx.Array {
+	if l != nil && l.hook != nil {
+		return l.hook.Attend(x, q, func(q *mx.Array) *mx.Array { return l.attend(q, k, v, scale) })
+	}
+	return l.attend(q, k, v, scale)
+}
+
+// attend is Attend without the hook.
+func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	if l == nil {
 		return mx.ScaledDotProductAttention(q, k, v, scale, true, nil)
 	}
@@ -162,7 +175,7 @@ func (l *LayerCache) Attend(q, k, v *mx.Array, scale float32) *mx.Array {
 		if e := firstErr(keys, vals, kt); e != nil {
 			return e // the cache is left as it was
 		}
-		*l = LayerCache{kt: kt, v: vals}
+		l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
 		return mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
 	}
 	tk, tv := cat(2, l.tk, k), cat(2, l.tv, v)
@@ -176,7 +189,7 @@ func (l *LayerCache) Attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	if seqLen(l.tk) >= tailLimit(l.Len()) {
 		kt, vals := cat(3, l.kt, transposeKeys(l.tk)), cat(2, l.v, l.tv)
 		if firstErr(kt, vals) == nil {
-			*l = LayerCache{kt: kt, v: vals}
+			l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
 		}
 	}
 	return o

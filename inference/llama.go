@@ -78,6 +78,6 @@ func (a *llamaAttention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 	v := splitHeads(a.V.Forward(x), b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
 	pos := c.Len()
 	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
-	o := c.Attend(q, k, v, a.scale) // (B, Hq, L, D)
+	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)
 	return a.O.Forward(mergeHeads(o, b, l, a.heads, a.headDim))
 }
