@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -106,19 +107,48 @@ func (t TokenIDs) MarshalJSON() ([]byte, error) {
 }
 
 // QuantParams is one module's quantization: MLX affine, bits per weight, one scale
-// and bias per GroupSize weights.
+// and bias per GroupSize weights. Mode is "affine" (or empty, meaning affine): the
+// only mode Inloop computes; mxfp4, nvfp4 and mxfp8 are refused by name.
 type QuantParams struct {
-	GroupSize int `json:"group_size"`
-	Bits      int `json:"bits"`
+	GroupSize int    `json:"group_size"`
+	Bits      int    `json:"bits"`
+	Mode      string `json:"mode,omitempty"`
 }
+
+// mlx-lm's defaults for a field a quantization block leaves null or out: what
+// mlx.nn's _defaults_for_mode gives in affine mode.
+const (
+	defaultGroupSize = 64
+	defaultBits      = 4
+	affineMode       = "affine"
+)
 
 // Quantization is config.json's "quantization": defaults for every quantized module
 // plus overrides by module path ("model.layers.0.mlp.down_proj": {...}, or false for
 // a module left dense), as mlx-lm writes for mixed-precision recipes.
+//
+// A field left null or out falls back: a module's to the top level's, the top
+// level's to mlx-lm's defaults (group size 64, 4 bits, affine). mlx-lm's own loader
+// gives a module's null field the mode's default rather than the top level's; the
+// two differ only in hand-edited folders, and there the tensors' shapes decide
+// (see alternatives).
 type Quantization struct {
 	QuantParams
-	Mode      string                  // "affine" (or empty)
 	Overrides map[string]*QuantParams // nil value: the module is not quantized
+
+	// unset records the module fields the file left null or out, so that the
+	// loader can also try mlx-lm's reading of them.
+	unset map[string]quantUnset
+}
+
+// quantUnset says which of a module's fields came from a fallback.
+type quantUnset struct{ group, bits bool }
+
+// quantBlock is one "quantization" object as written, every field nullable.
+type quantBlock struct {
+	GroupSize *int    `json:"group_size"`
+	Bits      *int    `json:"bits"`
+	Mode      *string `json:"mode"`
 }
 
 func (q *Quantization) UnmarshalJSON(b []byte) error {
@@ -127,33 +157,62 @@ func (q *Quantization) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*q = Quantization{}
+	var top quantBlock
+	var method string
+	modules := map[string]quantBlock{}
 	for k, v := range raw {
 		var err error
 		s := string(bytes.TrimSpace(v))
 		switch {
 		case k == "group_size":
-			err = json.Unmarshal(v, &q.GroupSize)
+			err = json.Unmarshal(v, &top.GroupSize)
 		case k == "bits":
-			err = json.Unmarshal(v, &q.Bits)
+			err = json.Unmarshal(v, &top.Bits)
 		case k == "mode":
-			err = json.Unmarshal(v, &q.Mode)
+			err = json.Unmarshal(v, &top.Mode)
 		case k == "quant_method": // a Hugging Face quantization_config (GPTQ, AWQ, ...)
-			var m string
-			if json.Unmarshal(v, &m) == nil && q.Mode == "" {
-				q.Mode = m
+			if json.Unmarshal(v, &method) != nil {
+				method = ""
 			}
 		case s == "false": // a module left dense
 			q.override(k, nil)
-		case strings.HasPrefix(s, "{"): // a module with its own bits or group size
-			var p QuantParams
-			err = json.Unmarshal(v, &p)
-			q.override(k, &p)
+		case strings.HasPrefix(s, "{"): // a module with its own bits, group size or mode
+			var m quantBlock
+			err = json.Unmarshal(v, &m)
+			modules[k] = m
 		}
 		if err != nil {
 			return fmt.Errorf("quantization key %q: %w", k, err)
 		}
 	}
+	q.GroupSize = derefOr(top.GroupSize, defaultGroupSize)
+	q.Bits = derefOr(top.Bits, defaultBits)
+	q.Mode = derefOr(top.Mode, "")
+	if q.Mode == "" && method != "" {
+		q.Mode = method
+	}
+	for k, m := range modules {
+		p := QuantParams{
+			GroupSize: derefOr(m.GroupSize, q.GroupSize),
+			Bits:      derefOr(m.Bits, q.Bits),
+			Mode:      derefOr(m.Mode, q.Mode),
+		}
+		q.override(k, &p)
+		if u := (quantUnset{group: m.GroupSize == nil, bits: m.Bits == nil}); u.group || u.bits {
+			if q.unset == nil {
+				q.unset = map[string]quantUnset{}
+			}
+			q.unset[k] = u
+		}
+	}
 	return nil
+}
+
+func derefOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func (q *Quantization) override(path string, p *QuantParams) {
@@ -164,12 +223,14 @@ func (q *Quantization) override(path string, p *QuantParams) {
 }
 
 func (q Quantization) MarshalJSON() ([]byte, error) {
-	m := map[string]any{"group_size": q.GroupSize, "bits": q.Bits, "mode": cmpOr(q.Mode, "affine")}
+	m := map[string]any{"group_size": q.GroupSize, "bits": q.Bits, "mode": cmpOr(q.Mode, affineMode)}
 	for k, p := range q.Overrides {
 		if p == nil {
 			m[k] = false
 		} else {
-			m[k] = p
+			pp := *p
+			pp.Mode = cmpOr(pp.Mode, affineMode)
+			m[k] = pp
 		}
 	}
 	return json.Marshal(m)
@@ -194,6 +255,42 @@ func (q *Quantization) For(path string) (QuantParams, bool) {
 		return *p, true
 	}
 	return q.QuantParams, true
+}
+
+// alternatives returns the readings of the module at path a loader may accept,
+// the first preferred: For's, then, for fields the file left null or out, the
+// ones mlx-lm's loader would use (the mode's defaults). The tensors decide
+// between them.
+func (q *Quantization) alternatives(path string) []QuantParams {
+	p, ok := q.For(path)
+	if !ok {
+		return nil
+	}
+	alts := []QuantParams{p}
+	if u, ok := q.unset[path]; ok {
+		m := p
+		if u.group {
+			m.GroupSize = defaultGroupSize
+		}
+		if u.bits {
+			m.Bits = defaultBits
+		}
+		if m != p {
+			alts = append(alts, m)
+		}
+	}
+	return alts
+}
+
+// ErrQuantMode reports a quantization mode other than MLX's affine one.
+var ErrQuantMode = errors.New("inference: unsupported quantization mode")
+
+// checkMode refuses every mode but affine, by name.
+func checkMode(where, mode string) error {
+	if mode == "" || mode == affineMode {
+		return nil
+	}
+	return fmt.Errorf("%w: %s uses %q; only MLX affine quantization (mlx-lm's default) is supported", ErrQuantMode, where, mode)
 }
 
 // Limits on config values: far above any model a laptop runs, low enough that a
@@ -339,15 +436,19 @@ func (c *Config) Validate() error {
 		return bad("rope_scaling: %v", err)
 	}
 	if q := c.Quantization; q != nil {
-		if q.Mode != "" && q.Mode != "affine" {
-			return bad("quantization mode %q: only MLX affine quantization is supported", q.Mode)
+		if err := checkMode("the model", q.Mode); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		if err := quant.Validate(q.Bits, q.GroupSize); err != nil {
 			return bad("quantization: %v", err)
 		}
-		for path, p := range q.Overrides {
+		for _, path := range slices.Sorted(maps.Keys(q.Overrides)) {
+			p := q.Overrides[path]
 			if p == nil {
 				continue
+			}
+			if err := checkMode(path, p.Mode); err != nil {
+				return fmt.Errorf("%w: %w", ErrConfig, err)
 			}
 			if err := quant.Validate(p.Bits, p.GroupSize); err != nil {
 				return bad("quantization of %s: %v", path, err)
@@ -429,7 +530,7 @@ func (c *Config) JSON() ([]byte, error) {
 	cc := *c
 	if cc.Quantization != nil {
 		q := *cc.Quantization
-		q.Mode = cmpOr(q.Mode, "affine")
+		q.Mode = cmpOr(q.Mode, affineMode)
 		cc.Quantization = &q
 	}
 	type plain Config

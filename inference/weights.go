@@ -40,6 +40,11 @@ type source interface {
 	load(name string, shape []int) (*mx.Array, error)
 }
 
+// shaper is a source that can tell a tensor's shape without loading it.
+type shaper interface {
+	shape(name string) ([]int, bool)
+}
+
 // binder fills modules from a source and records which tensors it used.
 type binder struct {
 	src  source
@@ -78,9 +83,20 @@ func (b *binder) quantized(path string, out, in int) (w, s, bs *mx.Array, p Quan
 	if !b.src.has(path + ".scales") {
 		return nil, nil, nil, p, false, nil
 	}
-	p, ok = b.cfg.Quantization.For(path)
-	if !ok {
+	alts := b.cfg.Quantization.alternatives(path)
+	if len(alts) == 0 {
 		return nil, nil, nil, p, false, fmt.Errorf("%w: %s.scales is present but config.json does not quantize %s", ErrTensorShape, path, path)
+	}
+	p = alts[0]
+	if err := checkMode(path, p.Mode); err != nil {
+		return nil, nil, nil, p, false, err
+	}
+	// Where the config left a field null, the reading whose shapes the stored
+	// tensors have wins (both are what some mlx-lm version would write).
+	for _, a := range alts[1:] {
+		if !b.fits(path, out, in, p) && b.fits(path, out, in, a) {
+			p = a
+		}
 	}
 	if in%p.GroupSize != 0 || in*p.Bits%32 != 0 {
 		return nil, nil, nil, p, false, fmt.Errorf("%w: %s: input size %d does not fit %d-bit groups of %d", ErrTensorShape, path, in, p.Bits, p.GroupSize)
@@ -93,6 +109,21 @@ func (b *binder) quantized(path string, out, in int) (w, s, bs *mx.Array, p Quan
 	}
 	bs, err = b.tensor(path+".biases", []int{out, in / p.GroupSize}, isFloat, "a float type")
 	return w, s, bs, p, true, err
+}
+
+// fits reports whether the stored packed weight and scales of path have the shapes
+// quantization p gives an (out, in) matrix. A source that cannot tell says yes.
+func (b *binder) fits(path string, out, in int, p QuantParams) bool {
+	sh, ok := b.src.(shaper)
+	if !ok {
+		return true
+	}
+	if p.GroupSize <= 0 || in%p.GroupSize != 0 || in*p.Bits%32 != 0 {
+		return false
+	}
+	w, okW := sh.shape(path + ".weight")
+	s, okS := sh.shape(path + ".scales")
+	return okW && okS && slices.Equal(w, []int{out, quant.PackedLen(in, p.Bits)}) && slices.Equal(s, []int{out, in / p.GroupSize})
 }
 
 func (b *binder) linear(path string, l *Linear) error {
@@ -234,6 +265,11 @@ func (d *dirSource) has(name string) bool {
 	return ok
 }
 
+func (d *dirSource) shape(name string) ([]int, bool) {
+	info, ok := d.set.Info(name)
+	return info.Shape, ok
+}
+
 func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 	info, ok := d.set.Info(name)
 	if !ok {
@@ -346,6 +382,13 @@ func nonFiniteText(dt safetensors.DType, raw []byte, i int) string {
 type mapSource map[string]*mx.Array
 
 func (m mapSource) has(name string) bool { return m[name] != nil }
+
+func (m mapSource) shape(name string) ([]int, bool) {
+	if a := m[name]; a != nil {
+		return a.Shape(), true
+	}
+	return nil, false
+}
 
 func (m mapSource) load(name string, shape []int) (*mx.Array, error) {
 	a := m[name]
