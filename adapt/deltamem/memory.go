@@ -282,4 +282,3 @@ func (mem *Memory) check(m *inference.Model) error {
 
 // DefaultPath is where a model's memory lives: beside its weights.
 func DefaultPath(modelDir string) string { return filepath.Join(modelDir, FileName) }
-
