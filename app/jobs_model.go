@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/hub"
 	"github.com/inloop/inloop/inference/tokenizer"
+	"github.com/inloop/inloop/mlxbridge/quant"
 	"github.com/inloop/inloop/store"
 )
 
@@ -23,6 +25,9 @@ type QuantizeSpec struct {
 	GroupSize int    `json:"group_size"`
 	Text      string `json:"text,omitempty"`
 	Window    int    `json:"window"` // perplexity context in tokens
+	// Kernel is the MLX quantize kernel whose rounding is written: "gpu" (empty:
+	// what mlx_lm.convert writes on a Mac) or "cpu" (on Linux without CUDA).
+	Kernel string `json:"kernel,omitempty"`
 }
 
 // QuantizeResult is what a quantization job reports at the end.
@@ -50,6 +55,12 @@ func (w *Workspace) StartQuantize(ctx context.Context, spec QuantizeSpec) (*Job,
 	}
 	if spec.Window == 0 {
 		spec.Window = 512
+	}
+	if spec.Kernel == "" {
+		spec.Kernel = "gpu"
+	}
+	if _, err := quant.ParseKernel(spec.Kernel); err != nil {
+		return nil, err
 	}
 	if spec.Out == "" {
 		spec.Out = w.path("models", fmt.Sprintf("%s-%dbit", safeName(info.Name), spec.Bits))
@@ -92,8 +103,12 @@ func (w *Workspace) startQuantize(ctx context.Context, run store.Run, spec Quant
 		if err := ctx.Err(); err != nil {
 			return nil, "", err
 		}
-		emit(Progress{Phase: PhaseInfo, Message: fmt.Sprintf("quantizing to %d-bit, group %d", spec.Bits, spec.GroupSize)})
-		rep, err := inference.QuantizeModel(info.Path, spec.Out, spec.Bits, spec.GroupSize)
+		emit(Progress{Phase: PhaseInfo, Message: fmt.Sprintf("quantizing to %d-bit, group %d, %s kernel rounding", spec.Bits, spec.GroupSize, cmp.Or(spec.Kernel, "gpu"))})
+		kernel, err := quant.ParseKernel(cmp.Or(spec.Kernel, "gpu"))
+		if err != nil {
+			return nil, "", err
+		}
+		rep, err := inference.QuantizeModelWith(info.Path, spec.Out, inference.QuantizeOptions{Bits: spec.Bits, GroupSize: spec.GroupSize, Kernel: kernel})
 		if err != nil {
 			return nil, "", err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/quant"
 )
 
 func init() {
@@ -26,6 +27,7 @@ func quantizeCmd(e *env, args []string) error {
 	out := fs.String("out", "", "folder to write (must not exist; default models/NAME-BITSbit under the data directory)")
 	bits := fs.Int("bits", 4, "bits per weight: 2, 3, 4, 5, 6 or 8")
 	group := fs.Int("group-size", 64, "weights per scale and bias: 32, 64 or 128")
+	kernel := fs.String("kernel", "gpu", "whose rounding to write, bit for bit: gpu = MLX's Metal/CUDA kernel, what mlx_lm.convert writes on a Mac (the default); cpu = MLX's CPU kernel, what mlx_lm.convert writes on Linux without CUDA. They differ only in groups of all-negative weights and exact ties")
 	textFile := fs.String("text", "", "text file for the perplexity check (default: a built-in English paragraph)")
 	window := fs.Int("window", 512, "perplexity context window in tokens")
 	wf := addWorkspaceFlags(fs)
@@ -35,7 +37,10 @@ func quantizeCmd(e *env, args []string) error {
 	if *src == "" {
 		return errors.New("--model is required")
 	}
-	spec := QuantizeSpec{Model: *src, Out: *out, Bits: *bits, GroupSize: *group, Window: *window}
+	if _, err := quant.ParseKernel(*kernel); err != nil {
+		return fmt.Errorf("--kernel %q: want gpu or cpu", *kernel)
+	}
+	spec := QuantizeSpec{Model: *src, Out: *out, Bits: *bits, GroupSize: *group, Window: *window, Kernel: *kernel}
 	if *textFile != "" {
 		b, err := os.ReadFile(*textFile)
 		if err != nil {
@@ -62,8 +67,8 @@ func quantizeCmd(e *env, args []string) error {
 	if err := json.Unmarshal(job.Result(), &r); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "quantized %d modules to %d-bit (group %d), left %d dense, in %s\n",
-		r.Quantized, *bits, *group, r.Skipped, (time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "quantized %d modules to %d-bit (group %d, %s kernel rounding), left %d dense, in %s\n",
+		r.Quantized, *bits, *group, *kernel, r.Skipped, (time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "size:       %8.1f MB -> %8.1f MB (%.2fx smaller)\n",
 		float64(r.BytesBefore)/1e6, float64(r.BytesAfter)/1e6, float64(r.BytesBefore)/float64(max(r.BytesAfter, 1)))
 	fmt.Fprintf(stdout, "perplexity: %8.3f    -> %8.3f    (%+.2f%%, %d tokens)\n", r.PerplexityBefore, r.PerplexityAfter, 100*(r.PerplexityAfter/r.PerplexityBefore-1), r.Tokens)

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/inloop/inloop/internal/atomicfile"
-	"github.com/inloop/inloop/internal/capped"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inloop/inloop/internal/atomicfile"
+	"github.com/inloop/inloop/internal/capped"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/quant"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
@@ -91,6 +90,7 @@ func firstErrOf(xs ...*mx.Array) error {
 // QuantizeReport says what QuantizeModel did.
 type QuantizeReport struct {
 	Bits, GroupSize int
+	Kernel          quant.Kernel
 	BytesBefore     int64    // safetensors bytes of the source
 	BytesAfter      int64    // safetensors bytes written
 	Quantized       []string // module paths quantized
@@ -108,8 +108,24 @@ var maxShardBytes int64 = 5 << 30
 // and every other file (tokenizer, generation config, ...) copied. The folder is
 // assembled beside dstDir and renamed into place, so it appears whole or not at all.
 func QuantizeModel(srcDir, dstDir string, bits, groupSize int) (QuantizeReport, error) {
+	return QuantizeModelWith(srcDir, dstDir, QuantizeOptions{Bits: bits, GroupSize: groupSize})
+}
+
+// QuantizeOptions are QuantizeModelWith's settings.
+type QuantizeOptions struct {
+	Bits, GroupSize int
+	// Kernel is the MLX quantize kernel whose rounding is reproduced: quant.GPU
+	// (the zero value) writes what mlx_lm.convert writes on a Mac (Metal) or a
+	// CUDA machine, quant.CPU what it writes with MLX's CPU backend (Linux
+	// without CUDA). The two differ in a few words of some groups (see quant.Kernel).
+	Kernel quant.Kernel
+}
+
+// QuantizeModelWith is QuantizeModel with a choice of kernel.
+func QuantizeModelWith(srcDir, dstDir string, opt QuantizeOptions) (QuantizeReport, error) {
 	start := time.Now()
-	rep := QuantizeReport{Bits: bits, GroupSize: groupSize}
+	bits, groupSize := opt.Bits, opt.GroupSize
+	rep := QuantizeReport{Bits: bits, GroupSize: groupSize, Kernel: opt.Kernel}
 	if err := quant.Validate(bits, groupSize); err != nil {
 		return rep, fmt.Errorf("inference: quantize: %w", err)
 	}
@@ -163,7 +179,7 @@ func QuantizeModel(srcDir, dstDir string, bits, groupSize int) (QuantizeReport, 
 	if err != nil {
 		return rep, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dstDir)), "."+filepath.Base(dstDir)+".tmp-")
+	tmp, err := atomicfile.MkdirTemp(filepath.Dir(filepath.Clean(dstDir)), "."+filepath.Base(dstDir)+".tmp-")
 	if err != nil {
 		return rep, fmt.Errorf("inference: quantize: %w", err)
 	}
@@ -178,7 +194,7 @@ func QuantizeModel(srcDir, dstDir string, bits, groupSize int) (QuantizeReport, 
 		}
 		var tensors []safetensors.Tensor
 		for _, tn := range shard {
-			ts, err := quantizeTensor(set, tn, modules, p)
+			ts, err := quantizeTensor(set, tn, modules, p, opt.Kernel)
 			if err != nil {
 				return rep, err
 			}
@@ -265,7 +281,7 @@ func scaleDType(dt safetensors.DType) safetensors.DType {
 
 // quantizeTensor returns the tensors to write for one source tensor: the packed
 // weight, scales and biases of a quantized module, or the tensor unchanged.
-func quantizeTensor(set *safetensors.Set, name string, modules map[string]int, p QuantParams) ([]safetensors.Tensor, error) {
+func quantizeTensor(set *safetensors.Set, name string, modules map[string]int, p QuantParams, k quant.Kernel) ([]safetensors.Tensor, error) {
 	info, _ := set.Info(name)
 	raw, err := set.Data(name)
 	if err != nil {
@@ -288,7 +304,7 @@ func quantizeTensor(set *safetensors.Set, name string, modules map[string]int, p
 		round = quant.RoundF16
 	}
 	rows := info.Shape[0]
-	packed, scales, biases, err := quant.Quantize(w, rows, in, p.GroupSize, p.Bits, round)
+	packed, scales, biases, err := quant.QuantizeWith(k, w, rows, in, p.GroupSize, p.Bits, round)
 	if err != nil {
 		return nil, fmt.Errorf("inference: quantize %s: %w", name, err)
 	}
@@ -355,30 +371,16 @@ func copyOtherFiles(srcDir, dstDir string) error {
 	return nil
 }
 
-func copyFile(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
+func copyFile(src, dst string) error {
+	if err := atomicfile.CopyFile(src, dst); err != nil {
 		return fmt.Errorf("inference: %w", err)
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("inference: %w", err)
-	}
-	defer func() {
-		if cerr := out.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("inference: %w", cerr)
-		}
-	}()
-	if _, err := io.Copy(out, in); err != nil {
-		return fmt.Errorf("inference: copy %s: %w", src, err)
-	}
-	return out.Sync()
+	return nil
 }
 
 // writeFileAtomic writes data to path through a synced temporary file and a rename.
 func writeFileAtomic(path string, data []byte) error {
-	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
+	if err := atomicfile.Write(path, data); err != nil {
 		return fmt.Errorf("inference: %w", err)
 	}
 	return nil

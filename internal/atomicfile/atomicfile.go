@@ -17,6 +17,18 @@ import (
 	"runtime"
 )
 
+// Perm and DirPerm are the permissions of everything Inloop writes for the user
+// (model folders, adapters, configs, tokenizers): readable by everyone, as
+// mlx-lm's and Hugging Face's files are, whatever the umask or a temporary
+// file's 0600 would give. One value, so no file of a folder differs from the rest.
+const (
+	Perm    fs.FileMode = 0o644
+	DirPerm fs.FileMode = 0o755
+)
+
+// Write is WriteFile with Perm, the call for any file written for the user.
+func Write(path string, data []byte) error { return WriteFile(path, data, Perm) }
+
 // WriteFile writes data to path atomically. The file ends with exactly the
 // permissions perm (the umask does not apply), whatever the old file had.
 // path must be a regular file or absent: a folder, link or device there is
@@ -67,6 +79,39 @@ func WriteFunc(path string, perm fs.FileMode, write func(w io.Writer) error) (er
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// MkdirTemp creates a new folder in parent, named from pattern as os.MkdirTemp
+// does, with DirPerm rather than MkdirTemp's 0700: a folder assembled there and
+// renamed into place has the permissions of every other folder Inloop writes.
+func MkdirTemp(parent, pattern string) (string, error) {
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, DirPerm); err != nil {
+		os.Remove(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// CopyFile copies the regular file src to dst atomically, with Perm.
+func CopyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if fi, err := in.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("copy %s: not a regular file (%s)", src, fi.Mode().Type())
+	}
+	return WriteFunc(dst, Perm, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
 }
 
 // SyncDir makes the entries of dir durable: a file created, renamed or removed

@@ -131,3 +131,42 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 		}
 	}
 }
+
+// Everything written for the user has the same permissions, whatever the umask.
+func TestNormalPermissions(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no Unix permissions")
+	}
+	old := syscallUmask(0o077) // the strictest common umask: os.MkdirTemp and plain creates would give 0700/0600
+	defer syscallUmask(old)
+	parent := t.TempDir()
+	dir, err := MkdirTemp(parent, ".out-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(parent, "src.json")
+	if err := os.WriteFile(src, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(filepath.Join(dir, "config.json"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CopyFile(src, filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{dir: DirPerm, filepath.Join(dir, "config.json"): Perm, filepath.Join(dir, "tokenizer.json"): Perm} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %v, want %v", filepath.Base(path), got, want)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "tokenizer.json")); string(got) != "{}" {
+		t.Errorf("copy holds %q", got)
+	}
+	if err := CopyFile(parent, filepath.Join(dir, "x")); err == nil {
+		t.Error("copying a folder succeeded")
+	}
+}

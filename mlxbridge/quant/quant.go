@@ -92,6 +92,17 @@ func (k Kernel) String() string {
 	return "gpu"
 }
 
+// ParseKernel reads a kernel's name, "gpu" or "cpu" (String's spelling).
+func ParseKernel(s string) (Kernel, error) {
+	switch s {
+	case "gpu":
+		return GPU, nil
+	case "cpu":
+		return CPU, nil
+	}
+	return GPU, fmt.Errorf("%w: kernel %q (want gpu or cpu)", ErrUnsupported, s)
+}
+
 // Quantize quantizes the row-major (rows, cols) matrix w with MLX's GPU kernel. It returns
 // packed (rows, PackedLen(cols, bits)) words and (rows, cols/groupSize) scales and biases,
 // each passed through round to emulate the weight dtype.
