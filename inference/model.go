@@ -109,6 +109,38 @@ type LoadOptions struct {
 	// float32: the cpu backend computes and stores float32 anyway, and float32
 	// activations avoid rounding every intermediate to 8 bits of mantissa.
 	KeepDType bool
+	// DType is the float type weights become when KeepDType is off: Float32 (the
+	// zero value), BFloat16 or Float16. Quantized weights stay packed; their scales
+	// and biases take this type too, as mlx_lm.convert --dtype casts them.
+	DType mx.DType
+}
+
+// DTypeNames are the spellings ParseDType accepts, for help texts.
+const DTypeNames = "float32, bfloat16, float16 or auto (the checkpoint's own)"
+
+// ParseDType reads a --dtype value: "float32" (also ""), "bfloat16", "float16",
+// or "auto", the checkpoint's own types (KeepDType), which is what mlx-lm
+// computes in.
+func ParseDType(s string) (LoadOptions, error) {
+	switch s {
+	case "", "float32":
+		return LoadOptions{}, nil
+	case "bfloat16":
+		return LoadOptions{DType: mx.BFloat16}, nil
+	case "float16":
+		return LoadOptions{DType: mx.Float16}, nil
+	case "auto":
+		return LoadOptions{KeepDType: true}, nil
+	}
+	return LoadOptions{}, fmt.Errorf("inference: dtype %q: want %s", s, DTypeNames)
+}
+
+// String is the --dtype spelling of o.
+func (o LoadOptions) String() string {
+	if o.KeepDType {
+		return "auto"
+	}
+	return o.DType.String()
 }
 
 // Load reads a Hugging Face or mlx-community model folder: config.json and
@@ -131,7 +163,10 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 	if err != nil {
 		return nil, err
 	}
-	bd := newBinder(&dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType}, &m.cfg)
+	if !opts.KeepDType && !opts.DType.IsFloat() {
+		return nil, fmt.Errorf("inference: load dtype %s is not a float type", opts.DType)
+	}
+	bd := newBinder(&dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType, dtype: opts.DType}, &m.cfg)
 	if err := m.bind(bd); err != nil {
 		return nil, err
 	}

@@ -251,13 +251,14 @@ func slots(prefix string, v any, add func(name string, slot **mx.Array)) {
 	})
 }
 
-// dirSource reads a checkpoint folder's safetensors. Float tensors become float32
+// dirSource reads a checkpoint folder's safetensors. Float tensors become dtype
 // unless keep is set (see LoadOptions).
 type dirSource struct {
-	set  *safetensors.Set
-	dir  string
-	b    mx.Backend
-	keep bool
+	set   *safetensors.Set
+	dir   string
+	b     mx.Backend
+	keep  bool
+	dtype mx.DType
 }
 
 func (d *dirSource) has(name string) bool {
@@ -291,8 +292,8 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inference: %w", err)
 	}
-	if !d.keep && a.DType().IsFloat() && a.DType() != mx.Float32 {
-		a = mx.AsType(a, mx.Float32)
+	if !d.keep && a.DType().IsFloat() && a.DType() != d.dtype {
+		a = mx.AsType(a, d.dtype)
 	}
 	return a, a.Err()
 }
