@@ -3,6 +3,7 @@ package deltamem
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -61,6 +62,7 @@ func (h *liveHook) Attend(x, q *mx.Array, attend func(*mx.Array) *mx.Array) *mx.
 	if x.Dim(0) != 1 {
 		return mx.Errorf("deltamem: a chat memory reads one sequence at a time, got a batch of %d", x.Dim(0))
 	}
+	t0 := time.Now()
 	l, r := x.Dim(1), h.mem.rank
 	z, err := mx.Add(mx.Matmul(mx.AsType(x, mx.Float32), h.proj), h.bias).Float32s() // (1, L, 5r)
 	if err != nil {
@@ -73,9 +75,16 @@ func (h *liveHook) Attend(x, q *mx.Array, attend func(*mx.Array) *mx.Array) *mx.
 	}
 	rd := mx.FromData(x.Backend(), mx.Float32, reads, 1, l, r)
 	dq := heads(mx.Matmul(rd, h.uq), h.mem.heads, h.mem.headD) // (1, Hq, L, D)
-	o := attend(mx.Add(q, mx.AsType(dq, q.DType())))
+	q = mx.Add(q, mx.AsType(dq, q.DType()))
+	h.st.spent += time.Since(t0)
+	o := attend(q)
+	t1 := time.Now()
 	do := heads(mx.Matmul(rd, h.uo), h.mem.heads, h.mem.headD)
-	return mx.Add(o, mx.AsType(do, o.DType()))
+	o = mx.Add(o, mx.AsType(do, o.DType()))
+	// On the cpu backend every op has run by now; on a lazy one (MLX) Spent
+	// counts building the graph, and the projection's read back above waits.
+	h.st.spent += time.Since(t1)
+	return o
 }
 
 // stepState runs the memory over the L positions of z (L × 5r projections:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // State is one session's memory: for each memory layer the associative state S
@@ -19,7 +20,13 @@ type State struct {
 	S      [][]float32 // per memory layer, Rank×Rank row-major: S[i][row·Rank+col]
 	Prev   [][]float32 // per memory layer, the last position's key projection before its norm (Rank)
 	Writes int64       // positions written since the state was empty
+
+	spent time.Duration // the memory's own compute while attached, this process
 }
+
+// Spent is the time the memory's hooks took with this state in this process,
+// all layers together, the attention they wrap excluded: the memory's cost.
+func (st *State) Spent() time.Duration { return st.spent }
 
 // NewState is an empty state for mem: S zero, nothing written.
 func (mem *Memory) NewState() *State {

@@ -93,18 +93,23 @@ type Score struct {
 	Tokens   int     // answer tokens scored
 }
 
-// Recall compares the three ways a session can answer.
+// Recall compares the ways a session can answer.
 type Recall struct {
-	Without  Score // the window holds only Ask, no memory: what the model guesses
-	With     Score // the same window, the memory having read the passage
+	Without Score // the window holds only Ask, no memory: what the model guesses
+	With    Score // the same window, the memory having read the passage
+	// Control is the same window with the memory having read another
+	// episode's passage: what the memory gives without the fact (a better
+	// prior for the kind of text, say). With − Control is recall.
+	Control  Score
 	InWindow Score // no memory, the passage still in the window: what the model does when it can see it
 }
 
 // Evaluate scores episodes without and with mem, at chat time's computation
-// (no gradients, the memory's chat path), and with the passage in the window.
+// (no gradients, the memory's chat path), with mem having read the next
+// episode's passage instead (the control), and with the passage in the window.
 func Evaluate(ctx context.Context, m *inference.Model, mem *Memory, eps []Episode) (Recall, error) {
 	var rec Recall
-	var acc [3]scoreSum
+	var acc [4]scoreSum
 	for i, ep := range eps {
 		if err := ctx.Err(); err != nil {
 			return rec, fmt.Errorf("deltamem: evaluate: stopped after %d of %d episodes: %w", i, len(eps), err)
@@ -120,6 +125,12 @@ func Evaluate(ctx context.Context, m *inference.Model, mem *Memory, eps []Episod
 				return rec, err
 			}
 			acc[1].add(with, ep.Ask, ep.From)
+			other := eps[(i+1)%len(eps)].Read
+			ctl, err := askLogits(m, mem, other, ep)
+			if err != nil {
+				return rec, err
+			}
+			acc[3].add(ctl, ep.Ask, ep.From)
 		}
 		seen, err := askLogits(m, nil, ep.Read, ep)
 		if err != nil {
@@ -127,7 +138,7 @@ func Evaluate(ctx context.Context, m *inference.Model, mem *Memory, eps []Episod
 		}
 		acc[2].add(seen, ep.Ask, ep.From)
 	}
-	rec.Without, rec.With, rec.InWindow = acc[0].score(), acc[1].score(), acc[2].score()
+	rec.Without, rec.With, rec.InWindow, rec.Control = acc[0].score(), acc[1].score(), acc[2].score(), acc[3].score()
 	return rec, nil
 }
 
