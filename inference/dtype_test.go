@@ -55,3 +55,29 @@ func TestLoadDType(t *testing.T) {
 		t.Error("ParseDType accepted fp8")
 	}
 }
+
+// ParamCount counts as mlx-lm's get_total_parameters: a quantized copy has as many
+// parameters as the dense model it was made from, whatever its packing.
+func TestParamCountAsMlxLM(t *testing.T) {
+	b := cpu(t)
+	for _, pair := range [][2]string{{"qwen3-f32", "qwen3-q4"}, {"llama-f32", "llama-q8"}} {
+		dense, err := Load(filepath.Join("testdata", "models", pair[0]), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for _, a := range dense.Params() {
+			sum += int64(a.Size())
+		}
+		if got := dense.ParamCount(); got != sum {
+			t.Errorf("%s: ParamCount %d, want the %d values it holds", pair[0], got, sum)
+		}
+		q, err := Load(filepath.Join("testdata", "models", pair[1]), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := q.ParamCount(); got != sum {
+			t.Errorf("%s: ParamCount %d, want %d (the dense count)", pair[1], got, sum)
+		}
+	}
+}

@@ -21,12 +21,19 @@ type LoRA struct {
 	Drop func(x *mx.Array) *mx.Array
 }
 
-// Forward returns the update Scale·(drop(x)·A)·B for x (..., In).
+// Forward returns the update Scale·(drop(x)·A)·B for x (..., In), in x's dtype
+// as mlx-lm's LoRALinear gives it: float32 adapters over a bfloat16 model add a
+// bfloat16 update, and the activations stay bfloat16.
 func (l *LoRA) Forward(x *mx.Array) *mx.Array {
+	dt := x.DType()
 	if l.Drop != nil {
 		x = l.Drop(x)
 	}
-	return mx.MulScalar(mx.Matmul(mx.Matmul(x, l.A), l.B), l.Scale)
+	z := mx.MulScalar(mx.Matmul(mx.Matmul(x, l.A), l.B), l.Scale)
+	if z.DType() != dt {
+		z = mx.AsType(z, dt)
+	}
+	return z
 }
 
 // Linears calls fn on every Linear of the model with its checkpoint path

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -376,6 +377,49 @@ func (m *Model) WeightBytes() int64 {
 		n += a.Nbytes()
 	}
 	return n
+}
+
+// ParamCount counts m's parameters as mlx-lm does (utils.get_total_parameters,
+// which its LoRA banner divides by): a quantized weight counts as the values it
+// packs (words·32/bits), its scales and biases not at all; every other tensor,
+// norms and layer biases included, by its size. Adapters are not counted.
+func (m *Model) ParamCount() int64 {
+	var n int64
+	count := func(w, bias *mx.Array, bits int) {
+		if bits > 0 {
+			n += int64(w.Size()) * 32 / int64(bits)
+		} else {
+			n += int64(w.Size())
+		}
+		if bias != nil {
+			n += int64(bias.Size())
+		}
+	}
+	visit := func(prefix string, v any) {
+		walk(prefix, reflect.ValueOf(v), func(_ string, f reflect.Value) error {
+			switch mod := f.Interface().(type) {
+			case *Linear:
+				count(mod.Weight, mod.Bias, mod.Bits*btoi(mod.quantized()))
+			case *Embedding:
+				count(mod.Weight, nil, mod.Bits*btoi(mod.quantized()))
+			case *RMSNorm:
+				count(mod.Weight, nil, 0)
+			}
+			return nil
+		})
+	}
+	visit("", m)
+	for i, l := range m.layers {
+		visit("model.layers."+strconv.Itoa(i)+".", l)
+	}
+	return n
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // SaveModel writes m as a Hugging Face folder: config.json and model.safetensors

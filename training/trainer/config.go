@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/training/data"
 	"github.com/inloop/inloop/training/lora"
@@ -163,6 +164,11 @@ type Config struct {
 	// becomes mlxbridge's default.
 	BackendImpl mx.Backend `json:"-"`
 	Backend     string
+	// DType is the type the base weights are loaded in and the forward pass
+	// computes in: "float32" (also ""), "bfloat16", "float16" or "auto", the
+	// checkpoint's own, as mlx-lm trains (inference.ParseDType). The adapters
+	// stay float32 whatever it is.
+	DType string `json:",omitempty"`
 
 	// AdapterPath is the run directory: the final adapter in mlx-lm's layout
 	// and checkpoints/ for resuming. Required.
@@ -231,6 +237,9 @@ func (c Config) validate() error {
 		return errors.New("trainer: no adapter path (the run folder)")
 	case c.KeepCheckpoints < 0:
 		return fmt.Errorf("trainer: keep checkpoints %d", c.KeepCheckpoints)
+	}
+	if _, err := inference.ParseDType(c.DType); err != nil {
+		return fmt.Errorf("trainer: %w", err)
 	}
 	return c.options().validate()
 }

@@ -94,7 +94,11 @@ func (r *run) run() error {
 	}
 	r.b = b
 	var err error
-	if r.m, err = inference.Load(cfg.Model, b); err != nil {
+	load, err := inference.ParseDType(cfg.DType)
+	if err != nil {
+		return fmt.Errorf("trainer: %w", err)
+	}
+	if r.m, err = inference.LoadWithOptions(cfg.Model, b, load); err != nil {
 		return err
 	}
 	for _, w := range r.m.Warnings() {
@@ -126,8 +130,7 @@ func (r *run) run() error {
 	if r.m.Config().Quantization != nil {
 		quant = fmt.Sprintf(" over a %d-bit base (QLoRA)", r.m.Config().Quantization.Bits)
 	}
-	r.info("LoRA rank %d, scale %g on %d layers%s: %d trainable parameters (%.3f%% of %s)",
-		lcfg.Rank, lcfg.Scale, len(r.ar.params)/2, quant, nparam, 100*float64(nparam)/float64(max(1, modelParams(r.m))), fmtBytes(r.m.WeightBytes()))
+	r.info("%s", paramBanner(lcfg, len(r.ar.params)/2, quant, nparam, r.m.ParamCount(), r.m.WeightBytes(), load.String()))
 	r.memoryCheck(nparam)
 
 	if cfg.Resume {
@@ -170,12 +173,15 @@ func (r *run) run() error {
 	return nil
 }
 
-func modelParams(m *inference.Model) int64 {
-	var n int64
-	for _, p := range m.Params() {
-		n += int64(p.Size())
-	}
-	return n
+// paramBanner is the line a run starts with. The share of trainable parameters
+// is mlx-lm's (print_trainable_parameters: the adapters over the base counted
+// as get_total_parameters counts it, a quantized weight as the values it
+// packs), so the two tools print the same figure; the bytes the base holds in
+// memory are shown apart.
+func paramBanner(l lora.Config, layers int, quant string, trainable, total, weightBytes int64, dtype string) string {
+	return fmt.Sprintf("LoRA rank %d, scale %g on %d layers%s: %d trainable parameters, %.3f%% (%.3fM/%.3fM); base weights %s in %s",
+		l.Rank, l.Scale, layers, quant, trainable, 100*float64(trainable)/float64(max(1, total)),
+		float64(trainable)/1e6, float64(total)/1e6, fmtBytes(weightBytes), dtype)
 }
 
 // resume restores the newest good checkpoint: adapters, optimizer state and
