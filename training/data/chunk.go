@@ -3,7 +3,9 @@ package data
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
+	"time"
 )
 
 // ChunkOptions say how documents become training sequences.
@@ -13,7 +15,14 @@ type ChunkOptions struct {
 	// Prefix goes before every chunk's tokens in its Example, e.g. the model's
 	// BOS; chunks themselves hold only document tokens.
 	Prefix       []int
-	MaxFileBytes int64 // larger documents are skipped; 0 means 16 MiB
+	MaxFileBytes int64 // larger documents are skipped; 0 means 128 MiB
+	// RowsPerChunk caps the table rows (CSV, spreadsheets) one chunk holds;
+	// 0 means 50.
+	RowsPerChunk int
+	// FileTimeout bounds reading one document; 0 means 2 minutes.
+	FileTimeout time.Duration
+	// Workers read documents in parallel; 0 means one per CPU.
+	Workers int
 }
 
 // DefaultChunkOptions is a reasonable start for a small model.
@@ -24,7 +33,10 @@ func (o ChunkOptions) withDefaults() (ChunkOptions, error) {
 		o.Size = 512
 	}
 	if o.MaxFileBytes <= 0 {
-		o.MaxFileBytes = 16 << 20
+		o.MaxFileBytes = 128 << 20
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
 	}
 	if o.Size < 1 || o.Overlap < 0 || o.Overlap >= o.Size {
 		return o, fmt.Errorf("data: chunk size %d with overlap %d: want 0 <= overlap < size", o.Size, o.Overlap)
@@ -191,6 +203,30 @@ func chunkDocument(tok Tokenizer, rel, text string, opt ChunkOptions) ([]Chunk, 
 		chunks[i] = Chunk{ID: fmt.Sprintf("%s#%d", rel, i), File: rel, Index: i, Tokens: ids[s.start:s.end:s.end]}
 	}
 	return chunks, nil
+}
+
+// chunkSections chunks each section of a document on its own, so no chunk
+// spans two, and numbers the chunks through the whole document.
+func chunkSections(tok Tokenizer, rel string, sections []string, opt ChunkOptions) ([]Chunk, error) {
+	var out []Chunk
+	for _, s := range sections {
+		chunks, err := chunkDocument(tok, rel, s, opt)
+		if errors.Is(err, errEmptyDocument) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range chunks {
+			c.Index = len(out)
+			c.ID = fmt.Sprintf("%s#%d", rel, c.Index)
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errEmptyDocument
+	}
+	return out, nil
 }
 
 var errEmptyDocument = errors.New("no text")

@@ -113,42 +113,12 @@ func TestChunkOptionsValidated(t *testing.T) {
 	}
 }
 
-func TestStripHTML(t *testing.T) {
-	page := `<!DOCTYPE html><html><head><title>T</title><style>p{color:red}</style></head>
-<body><h1>Title</h1><!-- note --><p>Hello &amp; <b>bye</b></p><script>alert("<p>")</script>
-<p>Two   words</p><ul><li>a</li><li>b</li></ul></body></html>`
-	want := "Title\n\nHello & bye\n\nTwo words\n\na\n\nb"
-	if got := stripHTML(page); got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
-func TestDocumentText(t *testing.T) {
-	utf16le := []byte{0xff, 0xfe, 'h', 0, 'i', 0, '\r', 0, '\n', 0}
-	tests := []struct {
-		name string
-		raw  string
-		want string
-		err  error
-	}{
-		{"a.txt", "\xef\xbb\xbfline\r\nnext\rlast", "line\nnext\nlast", nil},
-		{"a.txt", string(utf16le), "hi\n", nil},
-		{"a.txt", "text\x00more", "", ErrBinary},
-		{"a.md", "bad \xff byte", "bad \uFFFD byte", nil},
-	}
-	for _, tt := range tests {
-		got, err := documentText(tt.name, []byte(tt.raw))
-		if got != tt.want || (tt.err == nil) != (err == nil) {
-			t.Errorf("%q: got %q, %v; want %q, %v", tt.raw, got, err, tt.want, tt.err)
-		}
-	}
-}
-
 func TestIsDocument(t *testing.T) {
 	for name, want := range map[string]bool{
 		"notes.md": true, "a.TXT": true, "main.go": true, "page.html": true, "data.csv": true, "x.org": true,
-		"photo.png": false, "notes.md~": false, ".notes.md": false, ".notes.md.swp": false, "#notes.md#": false,
-		"notes.md.tmp": false, "README": false, "archive.zip": false,
+		"photo.png": true, "README": true, "LICENSE": true, "report.pdf": true, "archive.zip": true,
+		"notes.md~": false, ".notes.md": false, ".notes.md.swp": false, "#notes.md#": false, "notes.md.tmp": false,
+		"~$report.docx": false,
 	} {
 		if got := IsDocument(name); got != want {
 			t.Errorf("IsDocument(%q) = %v, want %v", name, got, want)

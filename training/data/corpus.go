@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -11,8 +12,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/inloop/inloop/internal/capped"
+	"github.com/inloop/inloop/training/data/extract"
 )
 
 // Op is what happened to a document.
@@ -75,17 +78,20 @@ type Corpus struct {
 	mu      sync.RWMutex
 	docs    map[string]*document // by relative path
 	skipped map[string]skip
+	ignored map[string]Verdict // hidden files and folders, links, backups: never read, still listed
 	version uint64
 }
 
 type document struct {
-	hash   [sha256.Size]byte
-	chunks []Chunk
+	hash    [sha256.Size]byte
+	chunks  []Chunk
+	verdict Verdict
 }
 
 type skip struct {
-	hash [sha256.Size]byte
-	err  error
+	hash    [sha256.Size]byte
+	err     error
+	verdict Verdict
 }
 
 // NewCorpus makes an empty corpus for the folder root; Scan or Watch fills it.
@@ -106,7 +112,7 @@ func NewCorpus(root string, tok Tokenizer, opt ChunkOptions) (*Corpus, error) {
 	} else if !info.IsDir() {
 		return nil, fmt.Errorf("data: %s is not a folder", root)
 	}
-	return &Corpus{root: abs, tok: tok, opt: opt, docs: map[string]*document{}, skipped: map[string]skip{}}, nil
+	return &Corpus{root: abs, tok: tok, opt: opt, docs: map[string]*document{}, skipped: map[string]skip{}, ignored: map[string]Verdict{}}, nil
 }
 
 // Root is the corpus folder, absolute.
@@ -114,10 +120,18 @@ func (c *Corpus) Root() string { return c.root }
 
 // Scan brings the corpus up to date with the folder and says what changed.
 func (c *Corpus) Scan() ([]Change, error) {
+	return c.ScanContext(context.Background(), nil)
+}
+
+// ScanContext is Scan with progress reported to progress (when not nil)
+// after each file, from the scanning goroutine. Cancelling ctx stops it
+// between files: the files not reached keep what the corpus knew of them.
+func (c *Corpus) ScanContext(ctx context.Context, progress func(ScanProgress)) ([]Change, error) {
 	if _, err := os.Stat(c.root); err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
-	return c.reconcile(c.root, nil), nil
+	changes := c.reconcileProgress(ctx, c.root, nil, progress)
+	return changes, ctx.Err()
 }
 
 // Version grows with every change, so a trainer can tell its batches are stale.
@@ -171,7 +185,26 @@ func (c *Corpus) Examples() []Example {
 	return out
 }
 
-// Skipped lists document-like files left out, and why.
+// Verdicts lists every file and hidden folder met in the folder, sorted by
+// path, with what became of it: nothing is left out without a line here.
+func (c *Corpus) Verdicts() []Verdict {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]Verdict, 0, len(c.docs)+len(c.skipped)+len(c.ignored))
+	for _, d := range c.docs {
+		out = append(out, d.verdict)
+	}
+	for _, s := range c.skipped {
+		out = append(out, s.verdict)
+	}
+	for _, v := range c.ignored {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b Verdict) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// Skipped lists files left out (skipped or failed), and why.
 func (c *Corpus) Skipped() []Issue {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -207,6 +240,10 @@ func (c *Corpus) rel(abs string) (string, bool) {
 // for every folder met before its entries are listed, so nothing created
 // meanwhile goes unseen.
 func (c *Corpus) reconcile(abs string, watchDir func(string) error) []Change {
+	return c.reconcileProgress(context.Background(), abs, watchDir, nil)
+}
+
+func (c *Corpus) reconcileProgress(ctx context.Context, abs string, watchDir func(string) error, progress func(ScanProgress)) []Change {
 	c.update.Lock()
 	defer c.update.Unlock()
 	rel, ok := c.rel(abs)
@@ -220,24 +257,55 @@ func (c *Corpus) reconcile(abs string, watchDir func(string) error) []Change {
 	case err != nil:
 		return []Change{{Op: Failed, Path: rel, Err: err}}
 	case info.IsDir():
-		return c.syncDir(abs, rel, watchDir)
+		return c.syncDir(ctx, abs, rel, watchDir, progress)
 	}
 	changes := c.removeUnder(rel, false, nil) // it may have been a folder
-	if info.Mode().IsRegular() && IsDocument(info.Name()) {
-		if ch, ok := c.updateFile(abs, rel); ok {
-			changes = append(changes, ch)
-		}
-		return changes
+	if why := ignoredEntry(info.Name(), info.Mode()); why == "" {
+		files := []pendingFile{{abs: abs, rel: rel, size: info.Size()}}
+		return append(changes, c.updateFiles(ctx, files, progress)...)
+	} else {
+		changes = append(changes, c.removeUnder(rel, true, nil)...)
+		c.ignore(rel, why)
 	}
-	return append(changes, c.removeUnder(rel, true, nil)...)
+	return changes
 }
 
-func (c *Corpus) syncDir(abs, rel string, watchDir func(string) error) []Change {
+// ignoredEntry says why a folder entry is not read, or "".
+func ignoredEntry(name string, mode fs.FileMode) string {
+	if why := ignoredName(name); why != "" {
+		return why
+	}
+	switch {
+	case mode&fs.ModeSymlink != 0:
+		return "a symbolic link (links are not followed)"
+	case !mode.IsRegular() && !mode.IsDir():
+		return "not a regular file"
+	}
+	return ""
+}
+
+func (c *Corpus) ignore(rel, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ignored[rel] = Verdict{Path: rel, Status: StatusSkipped, Reason: why}
+}
+
+func (c *Corpus) syncDir(ctx context.Context, abs, rel string, watchDir func(string) error, progress func(ScanProgress)) []Change {
 	var changes []Change
+	var files []pendingFile
 	seen := map[string]bool{}
 	walkErr := filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
 		r, ok := c.rel(p)
 		if !ok {
+			// A hidden file or folder: listed once, not entered.
+			if r, err := filepath.Rel(c.root, p); err == nil && d != nil {
+				r = filepath.ToSlash(r)
+				if d.IsDir() {
+					r += "/"
+				}
+				seen[r] = true
+				c.ignore(r, "hidden")
+			}
 			if d != nil && d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -258,17 +326,24 @@ func (c *Corpus) syncDir(abs, rel string, watchDir func(string) error) []Change 
 					changes = append(changes, Change{Op: Failed, Path: r, Err: fmt.Errorf("watch: %w", err)})
 				}
 			}
-		case d.Type().IsRegular() && IsDocument(d.Name()):
+		default:
 			seen[r] = true
-			if ch, ok := c.updateFile(p, r); ok {
-				changes = append(changes, ch)
+			if why := ignoredEntry(d.Name(), d.Type()); why != "" {
+				c.ignore(r, why)
+				return nil
 			}
+			var size int64
+			if info, err := d.Info(); err == nil {
+				size = info.Size()
+			}
+			files = append(files, pendingFile{abs: p, rel: r, size: size})
 		}
 		return nil
 	})
 	if walkErr != nil {
 		changes = append(changes, Change{Op: Failed, Path: rel, Err: walkErr})
 	}
+	changes = append(changes, c.updateFiles(ctx, files, progress)...)
 	return append(changes, c.removeUnder(rel, rel != ".", seen)...)
 }
 
@@ -306,6 +381,11 @@ func (c *Corpus) removeUnder(rel string, self bool, keep map[string]bool) []Chan
 			delete(c.skipped, f)
 		}
 	}
+	for f := range c.ignored {
+		if (inside(f) || (self && f == rel+"/")) && !kept(f) {
+			delete(c.ignored, f)
+		}
+	}
 	if len(changes) > 0 {
 		c.version++
 	}
@@ -313,8 +393,10 @@ func (c *Corpus) removeUnder(rel string, self bool, keep map[string]bool) []Chan
 	return changes
 }
 
-// updateFile re-reads one document; ok is false when nothing changed.
-func (c *Corpus) updateFile(abs, rel string) (ch Change, ok bool) {
+// updateFile re-reads one document; ok is false when nothing changed. It
+// may run on several files at once.
+func (c *Corpus) updateFile(ctx context.Context, abs, rel string) (ch Change, ok bool) {
+	start := time.Now()
 	raw, err := capped.ReadFile(abs, c.opt.MaxFileBytes)
 	err = withTooLarge(err)
 	if errors.Is(err, fs.ErrNotExist) { // gone since it was listed
@@ -324,27 +406,34 @@ func (c *Corpus) updateFile(abs, rel string) (ch Change, ok bool) {
 		return Change{}, false
 	}
 	if err != nil {
-		return c.skip(rel, [sha256.Size]byte{}, err)
+		return c.skip(rel, [sha256.Size]byte{}, err, Verdict{})
 	}
 	hash := sha256.Sum256(raw)
-	c.mu.RLock()
+	c.mu.Lock()
+	delete(c.ignored, rel)
 	old := c.docs[rel]
 	prevSkip, wasSkipped := c.skipped[rel]
-	c.mu.RUnlock()
+	c.mu.Unlock()
 	if (old != nil && old.hash == hash) || (wasSkipped && prevSkip.hash == hash) {
 		return Change{}, false
 	}
-	text, err := documentText(rel, raw)
+	v := Verdict{Path: rel, Bytes: int64(len(raw))}
+	doc, err := extract.Extract(ctx, rel, raw, docLimits(c.opt))
+	v.Format, v.Pages = doc.Format, doc.Pages
 	if err != nil {
-		return c.skip(rel, hash, err)
+		v.Took = time.Since(start)
+		return c.skip(rel, hash, docError(err), v)
 	}
-	chunks, err := chunkDocument(c.tok, rel, text, c.opt)
+	chunks, err := chunkSections(c.tok, rel, doc.Sections, c.opt)
+	v.Took = time.Since(start)
 	if err != nil {
-		return c.skip(rel, hash, err)
+		return c.skip(rel, hash, err, v)
 	}
+	v.Status, v.Chars, v.Chunks, v.Reason = StatusRead, doc.Chars(), len(chunks), strings.Join(doc.Notes, "; ")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.docs[rel] = &document{hash: hash, chunks: chunks}
+	old = c.docs[rel]
+	c.docs[rel] = &document{hash: hash, chunks: chunks, verdict: v}
 	delete(c.skipped, rel)
 	c.version++
 	op := Added
@@ -356,11 +445,12 @@ func (c *Corpus) updateFile(abs, rel string) (ch Change, ok bool) {
 
 // skip leaves a file out, removing it if it was in; a file skipped again for
 // the same bytes is not news.
-func (c *Corpus) skip(rel string, hash [sha256.Size]byte, err error) (Change, bool) {
+func (c *Corpus) skip(rel string, hash [sha256.Size]byte, err error, v Verdict) (Change, bool) {
+	v.Path, v.Status, v.Reason = rel, docStatus(err), err.Error()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, was := c.skipped[rel]
-	c.skipped[rel] = skip{hash: hash, err: err}
+	c.skipped[rel] = skip{hash: hash, err: err, verdict: v}
 	if _, in := c.docs[rel]; in {
 		delete(c.docs, rel)
 		c.version++

@@ -54,9 +54,19 @@ func TestCorpusScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"added a.txt", "added notes/b.md", "added notes/deep/page.html",
-		"skipped big.txt", "skipped data.json", "skipped empty.txt"}
+		"skipped big.txt", "skipped data.json", "skipped empty.txt", "skipped photo.png"}
 	if got := changeList(changes); !equal(got, want) {
 		t.Errorf("changes %q, want %q", got, want)
+	}
+	// Every entry has a line, hidden and linked ones included.
+	var verdicts []string
+	for _, v := range c.Verdicts() {
+		verdicts = append(verdicts, v.Status.String()+" "+v.Path)
+	}
+	wantVerdicts := []string{"skipped .draft.txt", "skipped .git/", "read a.txt", "skipped backup.txt~", "skipped big.txt",
+		"skipped data.json", "skipped empty.txt", "skipped link.txt", "read notes/b.md", "read notes/deep/page.html", "skipped photo.png"}
+	if !equal(verdicts, wantVerdicts) {
+		t.Errorf("verdicts %q, want %q", verdicts, wantVerdicts)
 	}
 	for _, ch := range changes {
 		if ch.Path == "data.json" && !errors.Is(ch.Err, ErrBinary) || ch.Path == "big.txt" && !errors.Is(ch.Err, ErrTooLarge) {
@@ -66,8 +76,8 @@ func TestCorpusScan(t *testing.T) {
 	if got := c.Files(); !equal(got, []string{"a.txt", "notes/b.md", "notes/deep/page.html"}) {
 		t.Errorf("files %q", got)
 	}
-	if got := len(c.Skipped()); got != 3 {
-		t.Errorf("%d skipped, want 3: %v", got, c.Skipped())
+	if got := len(c.Skipped()); got != 4 {
+		t.Errorf("%d skipped, want 4: %v", got, c.Skipped())
 	}
 	var got []string
 	for _, ex := range c.Examples() {

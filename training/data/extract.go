@@ -1,99 +1,115 @@
 package data
 
 import (
-	"bytes"
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"html"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"unicode/utf16"
+	"time"
+
+	"github.com/inloop/inloop/training/data/extract"
 )
 
-// documentExts are the plain-text formats read from a documents folder.
-var documentExts = map[string]bool{
-	".txt": true, ".text": true, ".md": true, ".markdown": true, ".rst": true, ".org": true, ".adoc": true,
-	".tex": true, ".csv": true, ".tsv": true, ".json": true, ".yaml": true, ".yml": true, ".toml": true,
-	".html": true, ".htm": true, ".xml": true,
-	// source code
-	".go": true, ".py": true, ".js": true, ".mjs": true, ".ts": true, ".tsx": true, ".jsx": true, ".java": true,
-	".kt": true, ".scala": true, ".swift": true, ".m": true, ".c": true, ".h": true, ".cc": true, ".cpp": true,
-	".hpp": true, ".cs": true, ".rs": true, ".rb": true, ".php": true, ".pl": true, ".lua": true, ".r": true,
-	".jl": true, ".hs": true, ".ex": true, ".exs": true, ".erl": true, ".clj": true, ".sh": true, ".bash": true,
-	".zsh": true, ".sql": true, ".css": true, ".scss": true, ".vue": true, ".svelte": true, ".dart": true,
-	".zig": true, ".nim": true, ".ml": true, ".fs": true, ".proto": true, ".graphql": true,
-}
-
-// IsDocument reports whether a file name is one a documents folder reads:
-// a known plain-text extension, and not hidden or an editor's backup or lock
-// file.
+// IsDocument reports whether a documents folder looks inside a file of this
+// name: any file but hidden ones and editors' backup and lock files. What the
+// file holds decides the rest (see Verdict).
 func IsDocument(name string) bool {
-	base := filepath.Base(name)
-	if base == "" || base[0] == '.' || base[0] == '#' || strings.HasSuffix(base, "~") {
-		return false
-	}
-	return documentExts[strings.ToLower(filepath.Ext(base))]
+	return ignoredName(filepath.Base(name)) == ""
 }
 
-// sniffBytes is how much of a file is searched for NULs, as git does.
-const sniffBytes = 8000
-
-// documentText turns a file's bytes into training text: UTF-16 decoded, BOM
-// dropped, line endings made LF, invalid UTF-8 replaced, HTML reduced to its
-// text. A file with NULs in its first bytes is binary (ErrBinary).
-func documentText(name string, raw []byte) (string, error) {
-	var text string
+// ignoredName says why a file name is not looked into, or "".
+func ignoredName(base string) string {
 	switch {
-	case bytes.HasPrefix(raw, []byte{0xff, 0xfe}):
-		text = decodeUTF16(raw[2:], binary.LittleEndian)
-	case bytes.HasPrefix(raw, []byte{0xfe, 0xff}):
-		text = decodeUTF16(raw[2:], binary.BigEndian)
-	default:
-		if bytes.IndexByte(raw[:min(len(raw), sniffBytes)], 0) >= 0 {
-			return "", fmt.Errorf("%w: NUL bytes in %q", ErrBinary, name)
-		}
-		text = string(bytes.TrimPrefix(raw, bom))
+	case base == "":
+		return "no name"
+	case base[0] == '.':
+		return "hidden"
+	case base[0] == '#' || strings.HasSuffix(base, "~") || strings.HasPrefix(base, "~$"):
+		return "an editor's backup or lock file"
+	case strings.HasSuffix(strings.ToLower(base), ".tmp") || strings.HasSuffix(strings.ToLower(base), ".swp"):
+		return "a temporary file"
 	}
-	text = strings.ToValidUTF8(text, "\uFFFD")
-	text = strings.ReplaceAll(text, "\r\n", "\n")
-	text = strings.ReplaceAll(text, "\r", "\n")
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".html", ".htm":
-		text = stripHTML(text)
-	}
-	return text, nil
+	return ""
 }
 
-func decodeUTF16(b []byte, order binary.ByteOrder) string {
-	u := make([]uint16, len(b)/2)
-	for i := range u {
-		u[i] = order.Uint16(b[2*i:])
-	}
-	return string(utf16.Decode(u))
-}
+// Status is what became of one file of a documents folder.
+type Status uint8
 
-var (
-	htmlDropped  = regexp.MustCompile(`(?is)<(script|style|head|noscript|template|svg)\b.*?</(script|style|head|noscript|template|svg)\s*>|<!--.*?-->`)
-	htmlBreaking = regexp.MustCompile(`(?i)</?(p|div|br|hr|h[1-6]|li|ul|ol|dl|dt|dd|tr|table|section|article|aside|header|footer|nav|main|blockquote|pre|figure|figcaption)\b[^>]*>`)
-	htmlTag      = regexp.MustCompile(`(?s)<[^>]*>`)
-	spaceRun     = regexp.MustCompile(`[ \t\f\v\x{00a0}]+`)
-	blankLines   = regexp.MustCompile(`\n{3,}`)
+const (
+	StatusRead    Status = iota + 1 // its text is in the dataset
+	StatusSkipped                   // left out on purpose: binary, encrypted, no text layer, too large, unsupported, hidden
+	StatusFailed                    // reading it failed: damaged, or a reader error
 )
 
-// stripHTML keeps a page's text, crudely: no scripts, styles or head; block
-// elements become line breaks (so paragraphs survive); entities are decoded.
-func stripHTML(s string) string {
-	s = htmlDropped.ReplaceAllString(s, "")
-	s = htmlBreaking.ReplaceAllString(s, "\n")
-	s = htmlTag.ReplaceAllString(s, "")
-	s = html.UnescapeString(s)
-	s = spaceRun.ReplaceAllString(s, " ")
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimSpace(l)
+func (s Status) String() string {
+	switch s {
+	case StatusRead:
+		return "read"
+	case StatusSkipped:
+		return "skipped"
+	case StatusFailed:
+		return "failed"
 	}
-	s = strings.Join(lines, "\n")
-	s = blankLines.ReplaceAllString(s, "\n\n")
-	return strings.TrimSpace(s)
+	return fmt.Sprintf("Status(%d)", uint8(s))
 }
+
+// Verdict is the line the user sees for one file: read (with its pages,
+// characters and chunks), skipped (and why) or failed (and the error).
+type Verdict struct {
+	Path   string // relative to the corpus root, slash-separated; a folder ends in "/"
+	Status Status
+	Format string // pdf, docx, xlsx, csv, pptx, eml, mbox, html, epub, odt, text, …; "" when not read
+	Bytes  int64
+	Pages  int // pages, slides, sheets or messages; 0 where the format has none
+	Chars  int
+	Chunks int
+	Reason string        // why it was skipped or failed; for a read file, what to know (pages without text)
+	Took   time.Duration // extracting and chunking it
+}
+
+func (v Verdict) String() string {
+	switch v.Status {
+	case StatusRead:
+		s := fmt.Sprintf("read %s (%s", v.Path, v.Format)
+		if v.Pages > 0 {
+			s += fmt.Sprintf(", %d pages", v.Pages)
+		}
+		s += fmt.Sprintf(", %d characters, %d chunks)", v.Chars, v.Chunks)
+		if v.Reason != "" {
+			s += ": " + v.Reason
+		}
+		return s
+	}
+	return v.Status.String() + " " + v.Path + ": " + v.Reason
+}
+
+// docLimits are the extraction limits for a corpus's options.
+func docLimits(opt ChunkOptions) extract.Limits {
+	return extract.Limits{MaxFileBytes: opt.MaxFileBytes, Timeout: opt.FileTimeout, RowsPerChunk: opt.RowsPerChunk}
+}
+
+// docStatus sorts an extraction or chunking error into skipped or failed.
+func docStatus(err error) Status {
+	if extract.Skipped(err) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrBinary) || errors.Is(err, errEmptyDocument) {
+		return StatusSkipped
+	}
+	return StatusFailed
+}
+
+// docError keeps an extraction error matching this package's sentinels too.
+func docError(err error) error {
+	switch {
+	case errors.Is(err, extract.ErrTooLarge) && !errors.Is(err, ErrTooLarge):
+		return both{err, ErrTooLarge}
+	case errors.Is(err, extract.ErrBinary) && !errors.Is(err, ErrBinary):
+		return both{err, ErrBinary}
+	}
+	return err
+}
+
+// both is err, also matching a second sentinel.
+type both struct{ err, also error }
+
+func (b both) Error() string        { return b.err.Error() }
+func (b both) Unwrap() error        { return b.err }
+func (b both) Is(target error) bool { return target == b.also }

@@ -91,7 +91,7 @@ func (p *rowParser) parseRow(line []byte, n int) (Record, string) {
 		if seen == FormatUnknown {
 			return Record{}, `no "text", "prompt"/"completion" or "messages" field`
 		}
-		rec, problem := extract(obj, seen)
+		rec, problem := recordOf(obj, seen)
 		if problem == "" {
 			p.format, p.decidedBy = seen, n
 			if other := otherFields(obj, seen); other != "" {
@@ -104,7 +104,7 @@ func (p *rowParser) parseRow(line []byte, n int) (Record, string) {
 	if !hasFields(obj, p.format) && seen != FormatUnknown {
 		return Record{}, fmt.Sprintf("row is %s but the file is %s (decided by line %d)", seen, p.format, p.decidedBy)
 	}
-	rec, problem := extract(obj, p.format)
+	rec, problem := recordOf(obj, p.format)
 	rec.Line = n
 	if other := otherFields(obj, p.format); other != "" && problem == "" {
 		p.ignored = fmt.Sprintf("%s ignored: the file is %s (decided by line %d)", other, p.format, p.decidedBy)
@@ -150,7 +150,7 @@ func hasFields(obj map[string]json.RawMessage, f Format) bool {
 	return false
 }
 
-func extract(obj map[string]json.RawMessage, f Format) (Record, string) {
+func recordOf(obj map[string]json.RawMessage, f Format) (Record, string) {
 	rec := Record{Format: f}
 	var problem string
 	switch f {

@@ -200,7 +200,9 @@ func TestWatchSkipsAndRecovers(t *testing.T) {
 	r.expect("removed notes.txt")
 	write(t, r.root, "notes.txt", "text again")
 	r.expect("added notes.txt")
+	// A binary file is not a document, and still gets its line.
 	write(t, r.root, "photo.png", "\x89PNG\x00")
+	r.expect("skipped photo.png")
 	r.quiet()
 }
 
