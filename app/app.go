@@ -114,7 +114,10 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 func openBackend(name string) (mx.Backend, error) { return mx.Open(name) }
 
 // wsFlags are the flags of every command that works in a workspace.
-type wsFlags struct{ dataDir, backend *string }
+type wsFlags struct {
+	dataDir, backend *string
+	dtype            *string // nil: the command has no --dtype (see addDTypeFlag)
+}
 
 func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
 	return wsFlags{
@@ -123,8 +126,20 @@ func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
 	}
 }
 
+// addDTypeFlag gives a command --dtype, the type it loads the model in.
+func (f *wsFlags) addDTypeFlag(fs *flag.FlagSet) {
+	f.dtype = fs.String("dtype", "float32", "type to load the model and compute in: "+inference.DTypeNames+"; auto computes as mlx-lm does")
+}
+
 func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
-	return Open(ctx, Options{DataDir: *f.dataDir, Backend: *f.backend})
+	opt := Options{DataDir: *f.dataDir, Backend: *f.backend}
+	if f.dtype != nil {
+		if _, err := inference.ParseDType(*f.dtype); err != nil {
+			return nil, fmt.Errorf("--dtype %q: want %s", *f.dtype, inference.DTypeNames)
+		}
+		opt.DType = *f.dtype
+	}
+	return Open(ctx, opt)
 }
 
 func init() {

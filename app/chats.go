@@ -281,7 +281,7 @@ func (w *Workspace) SharedModel(ctx context.Context, name string) (*inference.Mo
 	if m := w.loaded[info.Path]; m != nil {
 		return m, info, nil
 	}
-	m, err := inference.Load(info.Path, w.Backend)
+	m, err := w.loadFolder(info.Path)
 	if err != nil {
 		return nil, info, err
 	}

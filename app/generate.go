@@ -35,6 +35,7 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	fs.StringVar(&g.model, "model", "", "model: demo, a folder (Hugging Face layout), a pulled ORG/NAME or a remembered name")
 	fs.StringVar(&g.adapter, "adapter", "", "LoRA adapter folder (mlx-lm layout: adapter_config.json, adapters.safetensors)")
 	g.ws = addWorkspaceFlags(fs)
+	g.ws.addDTypeFlag(fs)
 	fs.StringVar(&g.system, "system", "", "system prompt")
 	fs.IntVar(&g.maxTokens, "max-tokens", 256, "most tokens to generate")
 	fs.Float64Var(&g.temp, "temp", 0.7, "sampling temperature; 0 is greedy")
@@ -149,6 +150,7 @@ func chatCmd(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlags("chat", stderr)
 	g := addGenFlags(fs)
+	mem := addMemoryFlags(fs) // deltamem_cmd.go
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -161,7 +163,7 @@ func chatCmd(e *env, args []string) error {
 	}
 	defer w.Close()
 	c, err := w.StartChat(e.ctx, ChatSpec{Model: g.model, Adapter: g.adapter, System: g.system, MaxTokens: g.maxTokens, Raw: g.raw,
-		Sampling: g.sampling()})
+		Sampling: g.sampling(), Memory: mem.spec()})
 	if err != nil {
 		return err
 	}

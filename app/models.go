@@ -124,8 +124,30 @@ func (w *Workspace) LoadModel(ctx context.Context, name string) (*inference.Mode
 	if err != nil {
 		return nil, info, err
 	}
-	m, err := inference.Load(info.Path, w.Backend)
+	m, err := w.loadFolder(info.Path)
 	return m, info, err
+}
+
+// loadFolder loads the model in dir on the workspace's backend, in its dtype.
+func (w *Workspace) loadFolder(dir string) (*inference.Model, error) {
+	return inference.LoadWithOptions(dir, w.Backend, *w.loadOpts.Load())
+}
+
+// DType is the --dtype models are loaded in: float32, bfloat16, float16 or auto.
+func (w *Workspace) DType() string { return w.loadOpts.Load().String() }
+
+// SetDType changes the type models are loaded in from now on (see
+// Options.DType). Open chats keep the model they have; new ones load afresh.
+func (w *Workspace) SetDType(dtype string) error {
+	load, err := inference.ParseDType(dtype)
+	if err != nil {
+		return err
+	}
+	w.loadMu.Lock()
+	defer w.loadMu.Unlock()
+	w.loadOpts.Store(&load)
+	clear(w.loaded)
+	return nil
 }
 
 func isDir(p string) bool {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/internal/termsafe"
 	"github.com/inloop/inloop/training/trainer"
 )
@@ -55,6 +56,7 @@ func trainCmd(e *env, args []string) error {
 	fs.StringVar(&c.Data, "data", "", "a JSONL file, a folder with train.jsonl/valid.jsonl/test.jsonl, or a folder of documents")
 	fs.StringVar(&c.AdapterPath, "adapter-path", "", "folder for the adapter (mlx-lm layout) and its checkpoints (default: adapters/MODEL-TIME under the data directory)")
 	wf := addWorkspaceFlags(fs)
+	fs.StringVar(&c.DType, "dtype", "float32", "type to load the base model and compute in: "+inference.DTypeNames+"; the adapters stay float32")
 	fs.StringVar(&fineTune, "fine-tune-type", "lora", "only lora (QLoRA is lora on a quantized model)")
 	fs.IntVar(&c.Iters, "iters", trainer.DefaultIters, "optimizer updates")
 	fs.IntVar(&c.Epochs, "epochs", 0, "passes over the training set; when set it replaces --iters")
@@ -88,6 +90,9 @@ func trainCmd(e *env, args []string) error {
 	}
 	if c.Model == "" || c.Data == "" {
 		return errors.New("--model and --data are required")
+	}
+	if _, err := inference.ParseDType(c.DType); err != nil {
+		return fmt.Errorf("--dtype %q: want %s", c.DType, inference.DTypeNames)
 	}
 	if fineTune != "lora" {
 		return fmt.Errorf("--fine-tune-type %q: only lora is supported", fineTune)

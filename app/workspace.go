@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -19,6 +20,10 @@ type Options struct {
 	DataDir string
 	// Backend is "auto" (the default), "cpu" or "mlx".
 	Backend string
+	// DType is the type models are loaded and computed in: "float32" (the
+	// default), "bfloat16", "float16" or "auto", each checkpoint's own, which
+	// is what mlx-lm computes in (inference.ParseDType). SetDType changes it.
+	DType string
 }
 
 // Workspace is the one API the command line, the window and the adaptation loops
@@ -40,15 +45,20 @@ type Workspace struct {
 	mu   sync.Mutex
 	jobs map[int64]*Job
 
-	loadMu sync.Mutex
-	loaded map[string]*inference.Model // by folder: base weights shared by chats
-	wg     sync.WaitGroup
-	closed bool
+	loadMu   sync.Mutex
+	loaded   map[string]*inference.Model // by folder: base weights shared by chats
+	loadOpts atomic.Pointer[inference.LoadOptions]
+	wg       sync.WaitGroup
+	closed   bool
 }
 
 // Open opens (creating if needed) the workspace in opt.DataDir.
 func Open(ctx context.Context, opt Options) (*Workspace, error) {
 	dir, err := DataDir(opt.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	load, err := inference.ParseDType(opt.DType)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +75,7 @@ func Open(ctx context.Context, opt Options) (*Workspace, error) {
 		return nil, err
 	}
 	w := &Workspace{Dir: dir, Store: st, Backend: b, jobs: map[int64]*Job{}}
+	w.loadOpts.Store(&load)
 	if w.Interrupted, err = st.MarkRunningInterrupted(ctx); err != nil {
 		st.Close()
 		return nil, err

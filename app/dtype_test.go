@@ -1,0 +1,71 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// --dtype reaches the model in generate, chat and train, and the Workspace loads
+// (and shares) models in the dtype it was opened with or last set.
+func TestDTypeFlag(t *testing.T) {
+	ctx := context.Background()
+	model := tinyModelDir(t)
+	dataDir := t.TempDir()
+	for _, cmd := range [][]string{
+		{"generate", "--prompt", "hello", "--max-tokens", "3", "--temp", "0", "--dtype", "bfloat16"},
+		{"generate", "--prompt", "hello", "--max-tokens", "3", "--temp", "0", "--dtype", "auto"},
+		{"chat", "--max-tokens", "3", "--temp", "0", "--dtype", "float16"},
+		{"train", "--data", tinyData(t), "--iters", "2", "--batch-size", "1", "--steps-per-eval", "-1", "--dtype", "bfloat16"},
+	} {
+		var out, errb bytes.Buffer
+		args := append(cmd, "--model", model, "--backend", "cpu", "--data-dir", dataDir)
+		if code := Run(ctx, args, strings.NewReader("hi\n/exit\n"), &out, &errb); code != 0 {
+			t.Errorf("%v exited %d: %s", cmd, code, errb.String())
+		}
+		if cmd[0] == "train" && !strings.Contains(out.String()+errb.String(), "in bfloat16") {
+			t.Errorf("train --dtype bfloat16 does not say so:\n%s", out.String())
+		}
+		var bad bytes.Buffer
+		args[len(cmd)-1] = "int8"
+		if code := Run(ctx, args, strings.NewReader(""), &out, &bad); code == 0 || !strings.Contains(bad.String(), "--dtype") {
+			t.Errorf("%s --dtype int8: exit %d, %s", cmd[0], code, bad.String())
+		}
+	}
+
+	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", DType: "bfloat16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	dtypeOf := func(load func() (interface{ Params() map[string]*mx.Array }, error)) mx.DType {
+		m, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Params()["model.norm.weight"].DType()
+	}
+	shared := func() (interface{ Params() map[string]*mx.Array }, error) {
+		m, _, err := w.SharedModel(ctx, model)
+		return m, err
+	}
+	if got := dtypeOf(shared); got != mx.BFloat16 || w.DType() != "bfloat16" {
+		t.Errorf("Workspace opened with bfloat16 loads %s (says %s)", got, w.DType())
+	}
+	if err := w.SetDType("auto"); err != nil {
+		t.Fatal(err)
+	}
+	if got := dtypeOf(shared); got != mx.Float32 { // the tiny model is stored in float32
+		t.Errorf("after SetDType(auto) the shared model is %s, want the checkpoint's float32", got)
+	}
+	if err := w.SetDType("double"); err == nil {
+		t.Error("SetDType accepted double")
+	}
+	if _, err := Open(ctx, Options{DataDir: filepath.Join(dataDir, "x"), Backend: "cpu", DType: "fp4"}); err == nil {
+		t.Error("Open accepted dtype fp4")
+	}
+}
