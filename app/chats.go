@@ -27,6 +27,9 @@ type ChatSpec struct {
 	// messages before answering it, on a temporary adapter thrown away after the
 	// reply (adapt/ttt). Each is stored as an adaptation event.
 	TTT *ttt.Options
+	// Memory, when set, turns on δ-mem: an online memory that keeps what the
+	// context drops, stored with the chat (deltamem.go).
+	Memory *ChatMemory
 	// StopWhenFull makes a turn that no longer fits the model's context fail with
 	// ErrChatFull instead of dropping the oldest turns.
 	StopWhenFull bool
@@ -60,6 +63,8 @@ type ChatSession struct {
 	stop  bool // StopWhenFull
 	ttt   *ttt.Options
 	told  bool // the dropped-turns notice was given
+
+	memory *chatMemory // δ-mem, nil when off (deltamem.go)
 }
 
 // Turn is one reply.
@@ -70,6 +75,7 @@ type Turn struct {
 	Dropped   int         // messages dropped from the front of the conversation before this turn
 	Notice    string      // DroppedNotice the first time turns are dropped in this chat
 	TTT       *ttt.Result // the test-time training before this reply, when on
+	Memory    *MemoryTurn // what δ-mem wrote during this turn, when on
 }
 
 // StartChat opens a new conversation and records it.
@@ -104,12 +110,19 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if title == "" {
 		title = "Chat with " + info.Name
 	}
+	mem, err := w.loadChatMemory(ctx, spec, m, info)
+	if err != nil {
+		return nil, err
+	}
 	id, err := w.Store.CreateChat(ctx, store.Chat{Title: title, Model: info.Name})
 	if err != nil {
 		return nil, err
 	}
 	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull, ttt: spec.TTT,
-		opts: inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw}}
+		opts: inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw}, memory: mem}
+	if err := c.attachMemory(ctx); err != nil {
+		return nil, err
+	}
 	if spec.System != "" {
 		c.msgs = append(c.msgs, chat.Message{Role: "system", Content: spec.System})
 		if _, err := w.Store.AddMessage(ctx, store.Message{ChatID: id, Role: "system", Content: spec.System}); err != nil {
@@ -175,6 +188,9 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 	}
 	if turn.TTT != nil && serr == nil {
 		c.recordTTT(ctx, turn)
+	}
+	if merr := c.recordMemory(ctx, &turn); err == nil && serr == nil {
+		err = merr
 	}
 	return turn, err
 }
