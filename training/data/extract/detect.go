@@ -182,7 +182,7 @@ func decodeLegacy(raw []byte) string {
 		}
 		b = b[n:]
 	}
-	if multi > bad {
+	if multi >= bad {
 		return string(trimBOM(raw))
 	}
 	s, err := charmap.Windows1252.NewDecoder().Bytes(raw)

@@ -27,6 +27,9 @@ var (
 	ErrUnsupported = errors.New("unsupported format")
 )
 
+// errCrashed marks a reader that panicked (a bug to fix; the fuzzers look for it).
+var errCrashed = errors.New("crashed")
+
 // Skipped reports whether err says a file is deliberately left out (a
 // sentinel above) rather than broken.
 func Skipped(err error) bool {
@@ -113,15 +116,22 @@ func (d Document) Text() string { return strings.Join(d.Sections, "\n\n") }
 // The format comes from the content where it can (a PDF named .txt is read
 // as a PDF), then from the extension; a file of unknown extension is read as
 // text when it looks like text.
-func Extract(ctx context.Context, name string, raw []byte, lim Limits) (Document, error) {
+func Extract(ctx context.Context, name string, raw []byte, lim Limits) (doc Document, err error) {
 	lim = lim.withDefaults()
+	defer func() {
+		// The readers are libraries fed hostile bytes: a panic in one is a
+		// failed file, not a crashed program.
+		if r := recover(); r != nil {
+			doc, err = Document{}, fmt.Errorf("%w: the %s reader: %v", errCrashed, Format(name, raw), r)
+		}
+	}()
 	if int64(len(raw)) > lim.MaxFileBytes {
 		return Document{}, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrTooLarge, len(raw), lim.MaxFileBytes)
 	}
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	x := &extractor{ctx: ctx, lim: lim, out: &textBudget{left: lim.MaxTextBytes, limit: lim.MaxTextBytes}}
-	doc, err := x.extract(name, raw, 0)
+	doc, err = x.extract(name, raw, 0)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrTooLarge) {
 			return Document{}, fmt.Errorf("%w: reading took longer than %v", ErrTooLarge, lim.Timeout)

@@ -1,6 +1,7 @@
 package extract
 
 import (
+	"bytes"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -37,7 +38,7 @@ func (x *extractor) odf(raw []byte, format string) (Document, error) {
 	}
 	body, notes := newWriter(x.out), newWriter(x.out)
 	w := body
-	citation, pages := "", 0
+	citation, pages, notesPending := "", 0, false
 	for {
 		if w.err != nil {
 			return Document{}, w.err
@@ -83,9 +84,7 @@ func (x *extractor) odf(raw []byte, format string) (Document, error) {
 				pages++
 				w.sep(sepPara)
 			case "notes":
-				w.sep(sepPara)
-				w.put("Notes:")
-				w.sep(sepSpace)
+				notesPending = true // written with the notes' first word
 			}
 		case xml.EndElement:
 			switch t.Name.Local {
@@ -93,6 +92,8 @@ func (x *extractor) odf(raw []byte, format string) (Document, error) {
 				w.sep(sepPara)
 			case "note-body":
 				w = body
+			case "notes":
+				notesPending = false
 			case "table":
 				w.endTable()
 			case "table-row":
@@ -101,6 +102,12 @@ func (x *extractor) odf(raw []byte, format string) (Document, error) {
 				w.endCell()
 			}
 		case xml.CharData:
+			if notesPending && len(bytes.TrimSpace(t)) > 0 {
+				w.sep(sepPara)
+				w.put("Notes:")
+				w.sep(sepSpace)
+				notesPending = false
+			}
 			w.text(string(t))
 		}
 	}

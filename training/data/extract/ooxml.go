@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 )
 
@@ -21,7 +22,8 @@ func (x *extractor) docx(raw []byte) (Document, error) {
 		return Document{}, fmt.Errorf("%w: a password-protected document", ErrEncrypted)
 	}
 	body := newWriter(x.out)
-	if err := x.wordPart(z, "word/document.xml", body, nil); err != nil {
+	marks := map[string]string{} // note id -> the number shown, in order of reference
+	if err := x.wordPart(z, "word/document.xml", body, nil, marks); err != nil {
 		return Document{}, err
 	}
 	doc := Document{Sections: []string{body.String()}}
@@ -30,7 +32,7 @@ func (x *extractor) docx(raw []byte) (Document, error) {
 			continue
 		}
 		notes := newWriter(x.out)
-		if err := x.wordPart(z, part, notes, notes); err != nil {
+		if err := x.wordPart(z, part, notes, notes, marks); err != nil {
 			return Document{}, err
 		}
 		if s := notes.String(); s != "" {
@@ -42,7 +44,27 @@ func (x *extractor) docx(raw []byte) (Document, error) {
 
 // wordPart walks one WordprocessingML part into w. notes, when set, is the
 // writer of a footnotes part: each note starts a paragraph with its mark.
-func (x *extractor) wordPart(z *zipFile, name string, w, notes *writer) error {
+// marks numbers the notes in the order the text refers to them, as Word
+// shows them (the ids in the file are internal).
+func (x *extractor) wordPart(z *zipFile, name string, w, notes *writer, marks map[string]string) error {
+	mark := func(kind, id string) string {
+		key := kind[:1] + id
+		if m, ok := marks[key]; ok {
+			return m
+		}
+		n := 1
+		for k := range marks {
+			if k[0] == key[0] {
+				n++
+			}
+		}
+		if kind[0] == 'e' {
+			marks[key] = "e" + strconv.Itoa(n)
+		} else {
+			marks[key] = strconv.Itoa(n)
+		}
+		return marks[key]
+	}
 	d, c, err := z.xml(name)
 	if err != nil {
 		return err
@@ -76,7 +98,7 @@ func (x *extractor) wordPart(z *zipFile, name string, w, notes *writer) error {
 			case "tc":
 				w.startCell()
 			case "footnoteReference", "endnoteReference":
-				w.put("[" + attr(t, "id") + "]")
+				w.put("[" + mark(t.Name.Local, attr(t, "id")) + "]")
 			case "footnote", "endnote":
 				switch attr(t, "type") {
 				case "separator", "continuationSeparator", "continuationNotice":
@@ -87,7 +109,7 @@ func (x *extractor) wordPart(z *zipFile, name string, w, notes *writer) error {
 				}
 				if notes != nil {
 					w.sep(sepPara)
-					w.put("[" + attr(t, "id") + "]")
+					w.put("[" + mark(t.Name.Local, attr(t, "id")) + "]")
 					w.sep(sepSpace)
 				}
 			case "del", "moveFrom", "instrText", "delInstrText":

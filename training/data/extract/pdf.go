@@ -161,6 +161,7 @@ func pdfPageText(inst pdfium.Pdfium, d *responses.OpenDocument, i int) (string, 
 // marks for hyphens it added at line ends and other control characters out.
 func cleanPDFText(s string) string {
 	s = strings.ReplaceAll(s, "\r\n", "\n")
+	s = strings.ReplaceAll(s, " \n", "\n")
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r == '\n' || r == '\t':
