@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -22,11 +23,12 @@ const (
 type Dataset struct {
 	Kind               string
 	Train, Valid, Test []data.Example
-	Report             *data.Report // per-line problems of JSONL files; nil for documents
-	Warnings           []string     // for a person: bad rows, skipped documents, no chat template
-	Files              int          // documents read
-	ChunkSize          int          // tokens per document chunk
-	PadID              int32        // the model's end-of-text id, used to pad batches
+	Report             *data.Report   // per-line problems of JSONL files; nil for documents
+	Warnings           []string       // for a person: bad rows, skipped documents, no chat template
+	Files              int            // documents read
+	Verdicts           []data.Verdict // documents: every file of the folder and what became of it
+	ChunkSize          int            // tokens per document chunk
+	PadID              int32          // the model's end-of-text id, used to pad batches
 	Tokenizer          *tokenizer.Tokenizer
 }
 
@@ -35,6 +37,12 @@ type Dataset struct {
 // the default, capped by maxSeqLength. A dataset whose rows were all unusable comes
 // back with its warnings and an error.
 func LoadDataset(modelDir, path string, chunkSize, maxSeqLength int) (*Dataset, error) {
+	return LoadDatasetProgress(context.Background(), modelDir, path, chunkSize, maxSeqLength, nil)
+}
+
+// LoadDatasetProgress is LoadDataset reporting a documents folder's reading
+// to progress after each file (when not nil); ctx stops the reading.
+func LoadDatasetProgress(ctx context.Context, modelDir, path string, chunkSize, maxSeqLength int, progress func(data.ScanProgress)) (*Dataset, error) {
 	tok, err := tokenizer.Load(modelDir)
 	if err != nil {
 		return nil, err
@@ -89,8 +97,8 @@ func LoadDataset(modelDir, path string, chunkSize, maxSeqLength int) (*Dataset, 
 		}
 		var c *data.Corpus
 		if c, err = data.NewCorpus(path, tok, co); err == nil {
-			if _, err = c.Scan(); err == nil {
-				d.Train, d.Files = c.Examples(), len(c.Files())
+			if _, err = c.ScanContext(ctx, progress); err == nil {
+				d.Train, d.Files, d.Verdicts = c.Examples(), len(c.Files()), c.Verdicts()
 				for _, s := range c.Skipped() {
 					d.Warnings = append(d.Warnings, "skipped "+s.Error())
 				}

@@ -141,7 +141,7 @@ func TestDecodeText(t *testing.T) {
 	tests := []struct{ raw, want string }{
 		{"\xef\xbb\xbfline\r\nnext\rlast", "line\nnext\nlast"},
 		{string([]byte{0xff, 0xfe, 'h', 0, 'i', 0, '\r', 0, '\n', 0}), "hi\n"},
-		{"caf\xe9 cr\xe8me", "café crème"},               // Windows-1252
+		{"caf\xe9 cr\xe8me", "café crème"},              // Windows-1252
 		{"na\xc3\xafve \xff word", "naïve \uFFFD word"}, // UTF-8 with a stray byte
 	}
 	for _, tt := range tests {

@@ -159,4 +159,3 @@ func (w *writer) endCell() {
 
 // String is the text so far.
 func (w *writer) String() string { return w.b.String() }
-
