@@ -39,6 +39,9 @@ type (
 	DecisionTask       = store.DecisionTask
 	CalibrationRecord  = store.Calibration
 	DecisionEvaluation = decide.Evaluation
+	DecisionTaskFile   = decide.Task // a task file's questions, parsed
+	ReliabilityBin     = calibrate.Bin
+	CoveragePoint      = calibrate.CoveragePoint
 )
 
 // SampleTask names the bundled sample task (support tickets) in DecideSpec.Task.

@@ -189,3 +189,14 @@ func (s *DecisionSession) record(ctx context.Context, ev RoREvent, err error) (R
 	}
 	return ev, err
 }
+
+// SetThreshold sets the confidence below which question escalates, in the
+// session's model and in its folder.
+func (s *DecisionSession) SetThreshold(question string, threshold float64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.Model.SetThreshold(question, threshold); err != nil {
+		return err
+	}
+	return s.Model.SaveCalibration(s.Dir)
+}

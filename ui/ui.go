@@ -37,6 +37,7 @@ type UI struct {
 	models *modelsScreen
 	data   *dataScreen
 	train  *trainScreen
+	decide *decideScreen
 	runs   *runsScreen
 }
 
@@ -58,19 +59,20 @@ func New(a fyne.App, ws *app.Workspace) *UI {
 // ShowAndRun shows the window and runs the app until it is closed.
 func (u *UI) ShowAndRun() { u.Win.ShowAndRun() }
 
-// The screens, in the order of the navigation. Decide and Adapt slot in after
-// Train when their issues land.
+// The screens, in the order of the navigation.
 func (u *UI) build() fyne.CanvasObject {
 	u.chat = newChatScreen(u)
 	u.models = newModelsScreen(u)
 	u.data = newDataScreen(u)
 	u.train = newTrainScreen(u)
+	u.decide = newDecideScreen(u)
 	u.runs = newRunsScreen(u)
 	u.tabs = container.NewAppTabs(
 		container.NewTabItemWithIcon("Chat", theme.MailComposeIcon(), u.chat.content),
 		container.NewTabItemWithIcon("Models", theme.StorageIcon(), u.models.content),
 		container.NewTabItemWithIcon("Data", theme.FolderOpenIcon(), u.data.content),
 		container.NewTabItemWithIcon("Train", theme.MediaPlayIcon(), u.train.content),
+		container.NewTabItemWithIcon("Decide", theme.ConfirmIcon(), u.decide.content),
 		container.NewTabItemWithIcon("Runs", theme.ListIcon(), u.runs.content),
 	)
 	u.tabs.SetTabLocation(container.TabLocationLeading)
@@ -86,6 +88,8 @@ func (u *UI) build() fyne.CanvasObject {
 			u.chat.refreshModels()
 		case "Data":
 			u.data.refreshModels()
+		case "Decide":
+			u.decide.refresh()
 		}
 	}
 	return u.tabs
