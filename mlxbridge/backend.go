@@ -141,6 +141,11 @@ type (
 	QuantizedMatMuler interface {
 		QuantizedMatMul(x, w, scales, biases *Array, transpose bool, groupSize, bits int, out []int) (Handle, error)
 	}
+	// Dequantizer unpacks w = scale·q + bias on the device, in the scales' dtype
+	// (mx.dequantize), so a quantized table need not travel to the host.
+	Dequantizer interface {
+		Dequantize(w, scales, biases *Array, groupSize, bits int, out []int) (Handle, error)
+	}
 	// Grader is implemented by backends with their own autodiff (MLX).
 	Grader interface {
 		ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grads []*Array, err error)

@@ -61,11 +61,19 @@ func quantShape(op string, w, scales, biases *Array, groupSize, bits int) (rows,
 	return numel(w.shape[:nd-1]), cols, nil
 }
 
-// Dequantize unpacks Quantize's output: w = scale·q + bias, in the scales' dtype.
+// Dequantize unpacks Quantize's output: w = scale·q + bias, in the scales' dtype,
+// the product and the sum each rounded to it as MLX's dequantize computes them.
+// A Dequantizer backend does it on the device; otherwise it is done in Go.
 func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 	rows, cols, e := quantShape("dequantize", w, scales, biases, groupSize, bits)
 	if e != nil {
 		return e
+	}
+	shape := append(clone(w.shape[:len(w.shape)-1]), cols)
+	if d, ok := w.b.(Dequantizer); ok {
+		h, err := d.Dequantize(w, scales, biases, groupSize, bits, shape)
+		keepAlive(w, scales, biases)
+		return newArray("dequantize", w.b, h, err, shape, scales.dtype)
 	}
 	packed, err := w.Uint32s()
 	if err != nil {
@@ -79,11 +87,10 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 	if err != nil {
 		return errArray(err)
 	}
-	vals, err := quant.Dequantize(packed, s, bs, rows, cols, groupSize, bits)
+	vals, err := quant.DequantizeRounded(packed, s, bs, rows, cols, groupSize, bits, rounder(scales.dtype))
 	if err != nil {
 		return Errorf("dequantize: %v", err)
 	}
-	shape := append(clone(w.shape[:len(w.shape)-1]), cols)
 	return FromData(w.b, scales.dtype, vals, shape...)
 }
 

@@ -75,6 +75,32 @@ func (s *suite) quantized(t *testing.T) {
 	want := get(t, mx.MatmulT(x, deq, false, true))
 	expect(t, "quantized_matmul batched", mx.QuantizedMatmul(x, wq, sc, bi, true, 64, 8), []int{2, 3, 8}, want, 1e-4, 1e-4)
 
+	// Dequantize in the scales' half type rounds the product and then the sum to
+	// it, as MLX's dequantize computes multiply and add in that type.
+	for _, dt := range []mx.DType{mx.BFloat16, mx.Float16} {
+		round := map[mx.DType]func(float32) float32{mx.BFloat16: mx.RoundBFloat16, mx.Float16: mx.RoundFloat16}[dt]
+		wq, sc, bi := mx.Quantize(mx.AsType(s.randn(8, 6, 128), dt), 32, 4)
+		ones := mx.AsType(mx.AddScalar(mx.MulScalar(sc, 0), 1), mx.Float32)
+		q := get(t, mx.Dequantize(wq, ones, mx.MulScalar(ones, 0), 32, 4)) // the integers
+		scv, biv := get(t, sc), get(t, bi)
+		ref := make([]float32, len(q))
+		for i, v := range q {
+			g := i / 32
+			ref[i] = round(round(float32(scv[g])*float32(v)) + float32(biv[g]))
+		}
+		got := mx.Dequantize(wq, sc, bi, 32, 4)
+		if got.DType() != dt {
+			t.Errorf("dequantize %s: result is %s", dt, got.DType())
+		}
+		gv := get(t, got)
+		for i := range ref {
+			if float32(gv[i]) != ref[i] {
+				t.Errorf("dequantize %s: element %d is %g, want round(round(scale·q)+bias) = %g", dt, i, gv[i], ref[i])
+				break
+			}
+		}
+	}
+
 	for _, c := range []struct {
 		name string
 		err  error

@@ -144,6 +144,18 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 	})
 }
 
+// Dequantize is MLX's own mx.dequantize in affine mode, in the scales' dtype: a
+// quantized embedding's table stays on the device, and its rows come out as
+// mlx-lm's QuantizedEmbedding computes them.
+func (be *Backend) Dequantize(w, scales, biases *mx.Array, groupSize, bits int, out []int) (mx.Handle, error) {
+	return be.exec("dequantize", func(s *scope) C.mlxc_array {
+		wa, sa, ba := s.in(w), s.in(scales), s.in(biases)
+		return s.op("dequantize", func(r *C.mlxc_array) C.int {
+			return C.mlxc_dequantize(r, wa, sa, ba, optInt(groupSize), optInt(bits), affine, C.mlxc_array{}, C.mlxc_opt_dtype{}, s.st)
+		})
+	})
+}
+
 // quantize is MLX's own mx.quantize in affine mode: packed words, scales, biases.
 // mlxbridge.Quantize packs in Go; this is what tests hold it against.
 func (be *Backend) quantize(w *mx.Array, groupSize, bits int) (wq, scales, biases *mx.Array, err error) {

@@ -103,8 +103,14 @@ func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
 		if nativeUnary[op] {
 			return s.un("unary", op, a)
 		}
-		// Activations MLX composes in Python: the same formulas, in float32 like the
-		// cpu backend, then back to x's dtype.
+		if op == mx.OpSilu {
+			// x·σ(x) in x's own dtype, as mlx.nn.silu (and mlx-lm's swiglu) computes
+			// it: a bfloat16 model's SiLU rounds where mlx-lm's does.
+			return s.binary("multiply", a, s.un("sigmoid", mx.OpSigmoid, a))
+		}
+		// The other activations MLX composes in Python, and the derivatives our own
+		// autodiff needs: the same formulas, in float32 like the cpu backend, then
+		// back to x's dtype.
 		t := C.mlxc_array_dtype(a)
 		a = s.astype(a, dtFloat32)
 		k := func(v float32) C.mlxc_array { return s.scalar(v, dtFloat32) }
@@ -113,8 +119,6 @@ func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
 		sub := func(p, q C.mlxc_array) C.mlxc_array { return s.binary("subtract", p, q) }
 		var y C.mlxc_array
 		switch op {
-		case mx.OpSilu: // x·σ(x)
-			y = mul(a, s.un("sigmoid", mx.OpSigmoid, a))
 		case mx.OpSiluGrad: // σ(x)·(1 + x·(1−σ(x)))
 			sg := s.un("sigmoid", mx.OpSigmoid, a)
 			y = mul(sg, add(k(1), mul(a, sub(k(1), sg))))

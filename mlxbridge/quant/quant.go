@@ -223,6 +223,14 @@ func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) 
 // float32 as a multiply rounded to float32 and then an add, the unfused order of MLX's
 // affine_dequantize (a fused multiply-add could differ in the last bit).
 func Dequantize(packed []uint32, scales, biases []float32, rows, cols, groupSize, bits int) ([]float32, error) {
+	return DequantizeRounded(packed, scales, biases, rows, cols, groupSize, bits, nil)
+}
+
+// DequantizeRounded is Dequantize in the scales' storage precision: the product and
+// then the sum are each rounded by round, as MLX's CPU dequantize computes
+// multiply(q, scales) and add(·, biases) in bfloat16 or float16 when the scales
+// are. A nil round is Dequantize.
+func DequantizeRounded(packed []uint32, scales, biases []float32, rows, cols, groupSize, bits int, round Rounding) ([]float32, error) {
 	if err := Validate(bits, groupSize); err != nil {
 		return nil, err
 	}
@@ -245,7 +253,7 @@ func Dequantize(packed []uint32, scales, biases []float32, rows, cols, groupSize
 			row := out[r*cols : (r+1)*cols]
 			for i, v := range q {
 				j := r*g + i/groupSize
-				row[i] = float32(scales[j]*float32(v)) + biases[j]
+				row[i] = round.apply(round.apply(float32(scales[j]*float32(v))) + biases[j])
 			}
 		}
 	})
