@@ -147,3 +147,35 @@ func TestPerplexity(t *testing.T) {
 		t.Error("one token: no error")
 	}
 }
+
+// Stats.LogProb is the sum of the emitted tokens' log-probabilities: with
+// greedy decoding it equals what full forward passes give.
+func TestGenerateLogProb(t *testing.T) {
+	b := cpu(t)
+	cfg := tinyConfig("qwen3")
+	m := NewRandom(cfg, 21, b)
+	prompt := tokenSeq(7, cfg.VocabSize, 3)
+	var got []int
+	st, err := Generate(context.Background(), NewSession(m), prompt, GenerateOptions{MaxTokens: 6, LogProb: true},
+		func(tok int) bool { got = append(got, tok); return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := slices.Clone(prompt)
+	var want float64
+	for _, tok := range got {
+		ids, _ := m.Tokens(seq)
+		want += logProb(floats(t, m.ForwardLast(ids, nil)), tok)
+		seq = append(seq, tok)
+	}
+	if math.Abs(st.LogProb-want) > 1e-4*float64(len(got)) || st.LogProb >= 0 {
+		t.Errorf("LogProb %v, full forwards give %v", st.LogProb, want)
+	}
+	if p := st.TokenProbability(); p <= 0 || p > 1 || math.Abs(p-math.Exp(want/6)) > 1e-4 {
+		t.Errorf("TokenProbability %v", p)
+	}
+	st, _ = Generate(context.Background(), NewSession(m), prompt, GenerateOptions{MaxTokens: 2}, func(int) bool { return false })
+	if st.LogProb != 0 {
+		t.Errorf("LogProb without asking: %v", st.LogProb)
+	}
+}
