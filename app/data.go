@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/inloop/inloop/store"
 	"github.com/inloop/inloop/training/data"
@@ -22,22 +23,51 @@ type DataSummary struct {
 	Problems           []string
 	Preview            []string // the first training examples as text
 	DatasetID          int64    // the dataset row recorded in the store
+	// Verdicts, for a documents folder: every file and what became of it
+	// (read with its pages, characters and chunks; skipped or failed, and why).
+	Verdicts []DocumentVerdict
 }
+
+// DocumentVerdict is one file of a documents folder and what became of it.
+type DocumentVerdict = data.Verdict
+
+// The statuses of a DocumentVerdict.
+const (
+	DocumentRead    = data.StatusRead
+	DocumentSkipped = data.StatusSkipped
+	DocumentFailed  = data.StatusFailed
+)
 
 // InspectData reads path as a training run on model would and records it as a
 // dataset. Unusable rows are listed in Problems, not hidden; a path with no usable
 // example returns the summary so far and the error.
 func (w *Workspace) InspectData(ctx context.Context, model, path string) (DataSummary, error) {
+	return w.InspectDataProgress(ctx, model, path, nil)
+}
+
+// InspectDataProgress is InspectData reporting, for a documents folder, each
+// file read: Done and Total count files, ETA is the time left, File the file
+// just finished and Message a line for a person ("120/500 files, 14.2 MB of
+// 80.0 MB, about 40s left"). progress runs on the reading goroutine.
+func (w *Workspace) InspectDataProgress(ctx context.Context, model, path string, progress func(Progress)) (DataSummary, error) {
 	info, err := w.ResolveModel(ctx, model)
 	if err != nil {
 		return DataSummary{}, err
 	}
-	d, err := trainer.LoadDataset(info.Path, path, 0, 512)
+	var report func(data.ScanProgress)
+	if progress != nil {
+		report = func(p data.ScanProgress) {
+			progress(Progress{Phase: PhaseInfo, Time: time.Now(), Message: "reading documents: " + p.String(),
+				Path: path, File: p.Last.Path, Done: int64(p.Done), Total: int64(p.Total), ETA: p.ETA})
+		}
+	}
+	d, err := trainer.LoadDatasetProgress(ctx, info.Path, path, 0, 512, report)
 	s := DataSummary{Path: path}
 	if d == nil {
 		return s, err
 	}
 	s.Kind, s.Train, s.Valid, s.Test, s.Files = d.Kind, len(d.Train), len(d.Valid), len(d.Test), d.Files
+	s.Verdicts = d.Verdicts
 	for _, ex := range d.Train {
 		s.Tokens += int64(len(ex.Tokens))
 	}
