@@ -1,0 +1,508 @@
+package ror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/training/data"
+	"github.com/inloop/inloop/training/lora"
+	"github.com/inloop/inloop/training/optim"
+	"github.com/inloop/inloop/training/trainer"
+)
+
+// Reinforce-or-retrain for chat replies. The answer is text, so:
+//
+//   - its confidence is the reply's mean token probability under the model
+//     (inference.Stats.TokenProbability), pulled toward what people said about
+//     replies of that confidence (the same Bucket history as decisions);
+//   - 👍 keeps the reply as a confirmed example: every other one joins the
+//     anchor set, the rest the replay buffer; no weights change;
+//   - 👎 with a corrected text takes a LoRA step on the correction (next-token
+//     loss on the reply's tokens, given the conversation before it) mixed with
+//     replay examples, more steps (up to MaxSteps) only while the model still
+//     prefers its own reply to the correction (a lower mean loss per token);
+//     then the anchor set's mean loss per token is measured and the step is
+//     rolled back when it rose by more than AnchorMargin;
+//   - 👎 alone is recorded: the bucket is lowered and the reply offered for
+//     escalation.
+//
+// The ChatLearner trains an adapter of its own, pushed on top of the chat
+// model's stack (zero-initialised, so it changes nothing until a correction).
+// Every kept step is a version: the adapter's weights and the optimizer's
+// state, installed bit for bit by Undo and RestoreVersion.
+
+// Defaults of ChatOptions.
+const (
+	DefaultChatThreshold    = 0.5
+	DefaultChatLearningRate = 5e-3
+	DefaultChatRank         = 8
+	DefaultChatLayers       = 4
+	DefaultChatReplay       = 2
+	DefaultChatAnchorMargin = 0.05 // nats per token
+	DefaultChatMaxTokens    = 512
+)
+
+// ChatOptions steer a ChatLearner; zero fields take the defaults.
+type ChatOptions struct {
+	Threshold    float64 // below this adjusted confidence a reply is offered for escalation
+	MaxSteps     int
+	LearningRate float64 // Adam's
+	Rank, Layers int     // of the correction adapter
+	Replay       int     // replay examples mixed into a step
+	AnchorMargin float64 // the rise in the anchor set's loss per token a step may cause
+	Prior        float64
+	History      int
+	MaxTokens    int // a longer conversation keeps its last MaxTokens tokens
+	ClipNorm     float64
+	Seed         uint64
+}
+
+func (o ChatOptions) withDefaults() ChatOptions {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defi := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Threshold, DefaultChatThreshold)
+	def(&o.LearningRate, DefaultChatLearningRate)
+	def(&o.AnchorMargin, DefaultChatAnchorMargin)
+	def(&o.Prior, DefaultPrior)
+	def(&o.ClipNorm, DefaultClipNorm)
+	defi(&o.MaxSteps, DefaultMaxSteps)
+	defi(&o.Rank, DefaultChatRank)
+	defi(&o.Layers, DefaultChatLayers)
+	defi(&o.Replay, DefaultChatReplay)
+	defi(&o.History, DefaultHistory)
+	defi(&o.MaxTokens, DefaultChatMaxTokens)
+	return o
+}
+
+// ChatExample is a reply in its conversation: Prompt is the conversation
+// before it as the model read it (the template's generation prompt included),
+// Reply the reply's tokens with the end-of-turn token.
+type ChatExample struct {
+	Prompt []int
+	Reply  []int
+}
+
+// chatVersion is the correction adapter's weights and the optimizer's state
+// at one point.
+type chatVersion struct {
+	id         uint64
+	params     map[string]*mx.Array
+	opt        optim.State
+	anchorLoss float64 // NaN before an anchor set exists
+}
+
+// ChatLearner is RoR over one chat's model. Its methods run one at a time;
+// the caller keeps generation off the model while one runs.
+type ChatLearner struct {
+	m    *inference.Model
+	opts ChatOptions
+	opt  optim.Optimizer
+
+	mu       sync.Mutex
+	anchor   []ChatExample
+	replay   []ChatExample
+	ups      int
+	rng      *rand.Rand
+	versions []*chatVersion
+	current  *chatVersion
+	undo     []*chatVersion
+	nextID   uint64
+	feedback [Buckets]Bucket
+}
+
+// NewChat pushes a fresh correction adapter on m's stack and returns its
+// learner, at version 0.
+func NewChat(m *inference.Model, opts ChatOptions) (*ChatLearner, error) {
+	opts = opts.withDefaults()
+	if opts.Threshold < 0 || opts.Threshold > 1 || opts.LearningRate <= 0 || opts.AnchorMargin < 0 || opts.MaxSteps < 1 {
+		return nil, fmt.Errorf("ror: chat options %+v", opts)
+	}
+	a, _, err := lora.New(m, lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("ror: %w", err)
+	}
+	loras := make(map[string]inference.LoRA, len(a.Paths()))
+	for _, p := range a.Paths() {
+		loras[p], _ = a.LoRA(p)
+	}
+	if _, err := m.PushAdapter(inference.NewAdapter("ror", loras)); err != nil {
+		return nil, fmt.Errorf("ror: %w", err)
+	}
+	o := optim.NewAdam(optim.Constant(float32(opts.LearningRate)))
+	o.BiasCorrection = true
+	l := &ChatLearner{m: m, opts: opts, opt: o, rng: rand.New(rand.NewPCG(opts.Seed, 0x0c4a7))}
+	for i := range l.feedback {
+		l.feedback[i] = Bucket{Low: float64(i) / Buckets, High: float64(i+1) / Buckets}
+	}
+	v := &chatVersion{params: lora.Params(m), opt: o.State(), anchorLoss: math.NaN()}
+	l.versions, l.current, l.nextID = []*chatVersion{v}, v, 1
+	return l, nil
+}
+
+// Adjusted is the confidence reported for a reply of mean token probability p,
+// and whether it is below the gate.
+func (l *ChatLearner) Adjusted(p float64) (float64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.adjustedLocked(p)
+	return a, a < l.opts.Threshold
+}
+
+func (l *ChatLearner) adjustedLocked(p float64) float64 {
+	k := l.feedback[bucketOf(p)]
+	return (l.opts.Prior*p + float64(k.Up)) / (l.opts.Prior + float64(k.Up+k.Down))
+}
+
+// Feedback returns the confidence buckets, lowest first.
+func (l *ChatLearner) Feedback() []Bucket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.feedback[:])
+}
+
+// AddAnchor adds confirmed examples (from earlier chats, say) to the anchor set
+// without a thumb, and scores the current version on it.
+func (l *ChatLearner) AddAnchor(ctx context.Context, exs ...ChatExample) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ex := range exs {
+		if err := l.check(ex); err != nil {
+			return err
+		}
+	}
+	l.anchor = append(l.anchor, exs...)
+	loss, err := l.anchorLoss(ctx)
+	if err == nil {
+		l.current.anchorLoss = loss
+	}
+	return err
+}
+
+// Anchors and ReplayLen say how many confirmed examples each set holds.
+func (l *ChatLearner) Anchors() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.anchor)
+}
+
+func (l *ChatLearner) ReplayLen() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.replay)
+}
+
+func (l *ChatLearner) check(ex ChatExample) error {
+	if len(ex.Reply) == 0 {
+		return errors.New("ror: a reply of no tokens")
+	}
+	if len(ex.Prompt) == 0 {
+		return errors.New("ror: a reply with no conversation before it")
+	}
+	vocab := l.m.Config().VocabSize
+	for _, t := range slices.Concat(ex.Prompt, ex.Reply) {
+		if t < 0 || t >= vocab {
+			return fmt.Errorf("ror: token %d outside the vocabulary (%d)", t, vocab)
+		}
+	}
+	return nil
+}
+
+// ThumbUp confirms reply (of mean token probability p): it becomes an anchor
+// or a replay example. No weights change.
+func (l *ChatLearner) ThumbUp(ctx context.Context, ex ChatExample, p float64) (Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	began := time.Now()
+	ev := l.event(KindReinforce)
+	if err := l.check(ex); err != nil {
+		return ev, err
+	}
+	l.feedback[bucketOf(p)].Up++
+	ev.Confidence, ev.Adjusted = p, l.adjustedLocked(p)
+	if l.ups%2 == 0 {
+		l.anchor = append(l.anchor, ex)
+		loss, err := l.anchorLoss(ctx)
+		if err != nil {
+			return ev, err
+		}
+		l.current.anchorLoss = loss
+		ev.AnchorAfter, ev.Detail = loss, "kept for the anchor set"
+	} else {
+		l.replay = append(l.replay, ex)
+		if len(l.replay) > DefaultReplayCap {
+			l.replay = l.replay[1:]
+		}
+		ev.Detail = "kept for replay"
+	}
+	l.ups++
+	ev.MS = ms(time.Since(began))
+	return ev, nil
+}
+
+// ThumbDown says reply ex (of mean token probability p) is wrong. With a
+// correction (its tokens, end-of-turn included) it retrains; without, it is
+// recorded and offered for escalation.
+func (l *ChatLearner) ThumbDown(ctx context.Context, ex ChatExample, p float64, correction []int) (Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	began := time.Now()
+	ev := l.event(KindRecord)
+	if err := l.check(ex); err != nil {
+		return ev, err
+	}
+	l.feedback[bucketOf(p)].Down++
+	ev.Confidence, ev.Adjusted = p, l.adjustedLocked(p)
+	if len(correction) == 0 {
+		ev.Escalate, ev.Detail = true, "no correction: recorded, offered for escalation"
+		ev.MS = ms(time.Since(began))
+		return ev, nil
+	}
+	fix := ChatExample{Prompt: ex.Prompt, Reply: correction}
+	if err := l.check(fix); err != nil {
+		return ev, err
+	}
+	step, err := l.retrain(ctx, fix, ex)
+	step.Confidence, step.Adjusted = ev.Confidence, ev.Adjusted
+	step.Escalate = step.Adjusted < l.opts.Threshold
+	step.MS = ms(time.Since(began))
+	return step, err
+}
+
+func (l *ChatLearner) event(k Kind) Event {
+	a := l.current.anchorLoss
+	return Event{Kind: k, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: a, AnchorAfter: a}
+}
+
+// retrain steps on fix (mixed with replay) until the model prefers it to
+// wrong, then checks the anchor set and keeps or rolls back.
+func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Event, error) {
+	cur := l.current
+	ev := l.event(KindRetrain)
+	stepsBegan := time.Now()
+	var replay []ChatExample
+	for _, i := range l.rng.Perm(len(l.replay))[:min(l.opts.Replay, len(l.replay))] {
+		replay = append(replay, l.replay[i])
+	}
+	batches := []trainer.Batch{trainer.NextToken(l.batch(fix))}
+	for _, r := range replay {
+		b := trainer.NextToken(l.batch(r))
+		// The correction weighs as much as the replay together.
+		b.Weight *= batches[0].Weight / float32(len(replay)) / b.Weight
+		batches = append(batches, b)
+	}
+	stepper := trainer.Stepper{Bind: trainer.Adapters(l.m), Optimizer: l.opt, ClipNorm: l.opts.ClipNorm}
+	fail := func(err error) (Event, error) {
+		if rerr := l.install(cur); rerr != nil {
+			err = fmt.Errorf("%w (and restoring the adapter: %v)", err, rerr)
+		}
+		ev.StepMS = ms(time.Since(stepsBegan))
+		return ev, err
+	}
+	params := cur.params
+	prefers := func() (fixLoss float64, ok bool, err error) {
+		fl, err := l.meanLoss(ctx, fix)
+		if err != nil {
+			return 0, false, err
+		}
+		wl, err := l.meanLoss(ctx, wrong)
+		return fl, fl < wl, err
+	}
+	var err error
+	if ev.Loss, _, err = prefers(); err != nil {
+		return fail(err)
+	}
+	for ev.Steps < l.opts.MaxSteps {
+		sr, err := stepper.Step(ctx, params, batches)
+		if err != nil {
+			return fail(err)
+		}
+		params = sr.Params
+		ev.Steps++
+		fl, ok, err := prefers()
+		if err != nil {
+			return fail(err)
+		}
+		ev.LossAfter, ev.Flipped = fl, ok
+		if ok {
+			break
+		}
+	}
+	ev.StepMS = ms(time.Since(stepsBegan))
+
+	checkBegan := time.Now()
+	loss, err := l.anchorLoss(ctx)
+	ev.CheckMS = ms(time.Since(checkBegan))
+	if err != nil {
+		return fail(err)
+	}
+	ev.AnchorAfter = loss
+	if !math.IsNaN(loss) && loss-cur.anchorLoss > l.opts.AnchorMargin {
+		ev.Kind = KindRollback
+		ev.Detail = fmt.Sprintf("anchor loss %.4f → %.4f per token, a rise over the %.4f allowed", cur.anchorLoss, loss, l.opts.AnchorMargin)
+		if err := l.install(cur); err != nil {
+			return ev, err
+		}
+		return ev, nil
+	}
+	if math.IsNaN(loss) {
+		ev.Detail = "no confirmed replies to check against yet"
+	}
+	v := &chatVersion{id: l.nextID, params: params, opt: l.opt.State(), anchorLoss: loss}
+	l.nextID++
+	l.versions = append(l.versions, v)
+	l.undo = append(l.undo, cur)
+	l.current = v
+	if extra := len(l.versions) - 1 - l.opts.History; extra > 0 {
+		gone := slices.Clone(l.versions[1 : 1+extra])
+		l.versions = append(l.versions[:1], l.versions[1+extra:]...)
+		l.undo = slices.DeleteFunc(l.undo, func(u *chatVersion) bool { return slices.Contains(gone, u) })
+	}
+	l.replay = append(l.replay, fix)
+	ev.VersionAfter = v.id
+	return ev, nil
+}
+
+// install puts v's weights and optimizer state back.
+func (l *ChatLearner) install(v *chatVersion) error {
+	if err := lora.SetParams(l.m, v.params); err != nil {
+		return fmt.Errorf("ror: %w", err)
+	}
+	if err := l.opt.SetState(v.opt); err != nil {
+		return fmt.Errorf("ror: %w", err)
+	}
+	l.current = v
+	return nil
+}
+
+// Undo goes back to the version before the last change, bit for bit.
+func (l *ChatLearner) Undo() (Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	began := time.Now()
+	ev := l.event(KindUndo)
+	if len(l.undo) == 0 {
+		return ev, ErrNothingToUndo
+	}
+	prev := l.undo[len(l.undo)-1]
+	if err := l.install(prev); err != nil {
+		return ev, err
+	}
+	l.undo = l.undo[:len(l.undo)-1]
+	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchorLoss
+	ev.MS = ms(time.Since(began))
+	return ev, nil
+}
+
+// RestoreVersion installs version id; Undo returns to the one before.
+func (l *ChatLearner) RestoreVersion(id uint64) (Event, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	began := time.Now()
+	ev := l.event(KindRestore)
+	i := slices.IndexFunc(l.versions, func(v *chatVersion) bool { return v.id == id })
+	if i < 0 {
+		return ev, fmt.Errorf("%w: %d", ErrVersion, id)
+	}
+	prev, v := l.current, l.versions[i]
+	if v == prev {
+		return ev, nil
+	}
+	if err := l.install(v); err != nil {
+		return ev, err
+	}
+	l.undo = append(l.undo, prev)
+	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchorLoss
+	ev.MS = ms(time.Since(began))
+	return ev, nil
+}
+
+// Version is the version in use; Versions all RestoreVersion can reach.
+func (l *ChatLearner) Version() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.current.id
+}
+
+func (l *ChatLearner) Versions() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]uint64, len(l.versions))
+	for i, v := range l.versions {
+		out[i] = v.id
+	}
+	return out
+}
+
+// Params are the correction adapter's current weights (lora's names), to save.
+func (l *ChatLearner) Params() map[string]*mx.Array {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.current.params)
+}
+
+// batch is ex as a one-row next-token batch that learns the reply's tokens,
+// the conversation cut to its last MaxTokens tokens.
+func (l *ChatLearner) batch(ex ChatExample) data.Batch {
+	prompt := ex.Prompt
+	if keep := l.opts.MaxTokens - len(ex.Reply); len(prompt) > keep {
+		prompt = prompt[len(prompt)-max(keep, 1):]
+	}
+	seq := slices.Concat(prompt, ex.Reply)
+	n := len(seq) - 1
+	bt := data.Batch{B: 1, L: n, IDs: make([]int32, n), Targets: make([]int32, n), Mask: make([]float32, n),
+		Lengths: []int32{int32(n)}, Rows: []int{0}}
+	for i := range n {
+		bt.IDs[i], bt.Targets[i] = int32(seq[i]), int32(seq[i+1])
+		if i >= len(prompt)-1 {
+			bt.Mask[i] = 1
+		}
+	}
+	return bt
+}
+
+// meanLoss is the model's mean loss per reply token of ex.
+func (l *ChatLearner) meanLoss(ctx context.Context, ex ChatExample) (float64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b := trainer.NextToken(l.batch(ex))
+	v, err := b.Loss(l.m, nil).Float32s()
+	if err != nil {
+		return 0, fmt.Errorf("ror: %w", err)
+	}
+	return float64(v[0]), nil
+}
+
+// anchorLoss is the anchor set's mean loss per reply token; NaN when empty.
+func (l *ChatLearner) anchorLoss(ctx context.Context) (float64, error) {
+	if len(l.anchor) == 0 {
+		return math.NaN(), nil
+	}
+	var sum, n float64
+	for _, ex := range l.anchor {
+		v, err := l.meanLoss(ctx, ex)
+		if err != nil {
+			return 0, err
+		}
+		sum += v * float64(len(ex.Reply))
+		n += float64(len(ex.Reply))
+	}
+	return sum / n, nil
+}

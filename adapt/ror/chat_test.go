@@ -1,0 +1,148 @@
+package ror
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/inferencetest"
+	"github.com/inloop/inloop/inference/tokenizer"
+)
+
+// chatFixture is the demo model with a tokenizer, and examples made of text.
+func chatFixture(t *testing.T) (*inference.Model, func(prompt, reply string) ChatExample) {
+	t.Helper()
+	m, tok := inferencetest.Load(t, inferencetest.Demo(t))
+	cfg := m.Config()
+	eos := cfg.StopTokens()
+	return m, func(prompt, reply string) ChatExample {
+		return ChatExample{Prompt: encode(t, tok, prompt), Reply: append(encode(t, tok, reply), eos[0])}
+	}
+}
+
+func encode(t *testing.T, tok *tokenizer.Tokenizer, s string) []int {
+	t.Helper()
+	ids, err := tok.Encode(s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// logits are m's last-position logits for ids.
+func logits(t *testing.T, m *inference.Model, ids []int) []float32 {
+	t.Helper()
+	x, err := m.Tokens(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.ForwardLast(x, nil).Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Chat RoR on the demo model: the learner's adapter changes nothing until a
+// correction; a thumb up changes no weights; a correction flips the model's
+// preference within MaxSteps and passes a lenient anchor check; undo restores
+// the logits bit for bit; a correction that fights the anchor set under a
+// strict margin is rolled back and leaves the weights as they were.
+func TestChatLearner(t *testing.T) {
+	ctx := context.Background()
+	m, ex := chatFixture(t)
+	probe := ex("The hacker fixed the build before", " breakfast.").Prompt
+	plain := logits(t, m, probe)
+	l, err := NewChat(m, ChatOptions{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := logits(t, m, probe); !slices.Equal(got, plain) {
+		t.Fatal("the fresh correction adapter changed the model's output")
+	}
+	good := []ChatExample{
+		ex("User: Tell me about computers.\nAssistant:", " A computer runs programs."),
+		ex("User: What is a program?\nAssistant:", " A program is a list of instructions for a computer."),
+		ex("User: Who fixes bugs?\nAssistant:", " The hacker fixes the bugs."),
+	}
+	for _, g := range good {
+		ev, err := l.ThumbUp(ctx, g, 0.6)
+		if err != nil || ev.Kind != KindReinforce || ev.VersionAfter != ev.VersionBefore {
+			t.Fatalf("thumb up: %+v, %v", ev, err)
+		}
+	}
+	if l.Anchors() != 2 || l.ReplayLen() != 1 || l.Version() != 0 {
+		t.Fatalf("after three thumbs up: %d anchors, %d replay, version %d", l.Anchors(), l.ReplayLen(), l.Version())
+	}
+	if got := logits(t, m, probe); !slices.Equal(got, plain) {
+		t.Fatal("a thumb up changed the weights")
+	}
+	if a, low := l.Adjusted(0.6); a <= 0.6 || low {
+		t.Errorf("three confirmations at 0.6: adjusted %v, escalate %v", a, low)
+	}
+
+	wrong := ex("User: What colour is the sea?\nAssistant:", " The sea is a program.")
+	ev, err := l.ThumbDown(ctx, wrong, 0.3, ex("", " The sea is blue.").Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("correction: %+v", ev)
+	if ev.Kind != KindRetrain || !ev.Flipped || ev.Steps > DefaultMaxSteps || ev.LossAfter >= ev.Loss || ev.VersionAfter != 1 {
+		t.Fatalf("the correction did not take: %+v", ev)
+	}
+	if ev.StepMS <= 0 || ev.CheckMS <= 0 || math.IsNaN(ev.AnchorAfter) || ev.AnchorAfter-ev.AnchorBefore > DefaultChatAnchorMargin {
+		t.Errorf("timings or anchor: %+v", ev)
+	}
+	moved := logits(t, m, probe)
+	if slices.Equal(moved, plain) {
+		t.Error("a kept correction changed nothing")
+	}
+	if u, err := l.Undo(); err != nil || u.VersionAfter != 0 {
+		t.Fatalf("undo: %+v, %v", u, err)
+	}
+	if got := logits(t, m, probe); !slices.Equal(got, plain) {
+		t.Fatal("undo did not restore the logits bit for bit")
+	}
+	if _, err := l.RestoreVersion(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := logits(t, m, probe); !slices.Equal(got, moved) {
+		t.Fatal("restoring version 1 did not give its logits back")
+	}
+	if _, err := l.Undo(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A harmful correction: nonsense taught for a confirmed conversation. Under
+	// the default margin it is rolled back, and nothing changes.
+	strict, err := NewChat(m, ChatOptions{Seed: 3}) // the default margin
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := strict.AddAnchor(ctx, good...); err != nil {
+		t.Fatal(err)
+	}
+	before := logits(t, m, probe)
+	ev, err = strict.ThumbDown(ctx, good[1], 0.3, ex("", " sea sea sea breakfast breakfast hacker hacker").Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("harmful: %+v", ev)
+	if ev.Kind != KindRollback || ev.VersionAfter != ev.VersionBefore || strict.Version() != 0 {
+		t.Fatalf("the harmful correction was kept: %+v", ev)
+	}
+	if got := logits(t, m, probe); !slices.Equal(got, before) {
+		t.Fatal("a rolled-back step left the weights changed")
+	}
+	// 👎 alone records and escalates.
+	ev, err = strict.ThumbDown(ctx, wrong, 0.45, nil)
+	if err != nil || ev.Kind != KindRecord || !ev.Escalate || ev.Adjusted >= 0.45 {
+		t.Errorf("thumb down alone: %+v, %v", ev, err)
+	}
+	// Hostile tokens are refused before anything runs.
+	if _, err := strict.ThumbUp(ctx, ChatExample{Prompt: []int{1}, Reply: []int{1 << 30}}, 0.5); err == nil {
+		t.Error("a token outside the vocabulary was taken")
+	}
+}
