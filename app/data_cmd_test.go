@@ -14,8 +14,8 @@ import (
 func TestDataCommandVerdicts(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
-		"LICENSE": "Permission is hereby granted, free of charge, to any person obtaining a copy.\n",
-		"COPYING": "GNU GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n",
+		"LICENSE":  "Permission is hereby granted, free of charge, to any person obtaining a copy.\n",
+		"COPYING":  "GNU GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n",
 		"notes.md": "# Notes\n\nThe board meets on Fridays.\n",
 		"blob":     "\x7fELF\x02\x01\x01\x00\x00\x00",
 	}

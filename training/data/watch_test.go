@@ -221,3 +221,45 @@ func TestWatcherClose(t *testing.T) {
 		t.Error("Events not closed by Close")
 	}
 }
+
+// An edited PDF is extracted again, and only its chunks change.
+func TestWatchEditedPDF(t *testing.T) {
+	pdf := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("extract", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	r := newRig(t, map[string]string{"report.pdf": pdf("report.pdf"), "notes.txt": "unchanged notes"}, true)
+	chunksOf := func(file string) []string {
+		var out []string
+		for _, c := range r.c.Chunks() {
+			if c.File == file {
+				out = append(out, c.ID+"="+decode(c.Tokens))
+			}
+		}
+		return out
+	}
+	notesBefore, pdfBefore := chunksOf("notes.txt"), chunksOf("report.pdf")
+	if len(pdfBefore) == 0 || !strings.Contains(strings.Join(pdfBefore, ""), "Quarterly Review") {
+		t.Fatalf("report.pdf chunks %q", pdfBefore)
+	}
+	calls := r.tok.calls.Load()
+	write(t, r.root, "report.pdf", pdf("mixed.pdf"))
+	r.expect("modified report.pdf")
+	if got := chunksOf("notes.txt"); !equal(got, notesBefore) {
+		t.Errorf("notes.txt chunks %q, want %q", got, notesBefore)
+	}
+	if got := strings.Join(chunksOf("report.pdf"), ""); !strings.Contains(got, "The third page has words again.") || strings.Contains(got, "Quarterly") {
+		t.Errorf("report.pdf after the edit: %q", got)
+	}
+	if r.tok.calls.Load() == calls {
+		t.Error("the edited PDF was not tokenized again")
+	}
+	for _, v := range r.c.Verdicts() {
+		if v.Path == "report.pdf" && (v.Pages != 3 || !strings.Contains(v.Reason, "page 2")) {
+			t.Errorf("verdict %v", v)
+		}
+	}
+}
