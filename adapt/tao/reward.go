@@ -71,13 +71,17 @@ func NewCombined(judge *Judge, history *History, checks Checks) *Combined {
 	return c
 }
 
-// Name lists the parts and their weights.
+// Name lists the parts and their weights (a lone part by its own name).
 func (c *Combined) Name() string {
-	var s []string
+	var s, names []string
 	for _, p := range c.Parts {
 		if p.Weight > 0 {
 			s = append(s, fmt.Sprintf("%.2g×%s", p.Weight, p.Reward.Name()))
+			names = append(names, p.Reward.Name())
 		}
+	}
+	if len(names) == 1 {
+		return names[0]
 	}
 	return strings.Join(s, " + ")
 }

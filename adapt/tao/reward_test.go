@@ -106,7 +106,7 @@ func TestCombined(t *testing.T) {
 			t.Errorf("%s: no error", bad.Name())
 		}
 	}
-	if n := NewCombined(nil, nil, Checks{}).Name(); n != "0.2×checks" {
+	if n := NewCombined(nil, nil, Checks{}).Name(); n != "checks" {
 		t.Errorf("checks alone: %q", n)
 	}
 }
