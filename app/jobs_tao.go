@@ -78,10 +78,10 @@ type TAOReport struct {
 	tao.Result
 	ChatPrompts int    `json:"chat_prompts"`
 	FilePrompts int    `json:"file_prompts"`
-	Rated       int    `json:"rated"`       // rated replies in the feedback history
-	Judge       string `json:"judge"`       // what judged: "", a folder, or "trained on N ratings"
-	EventID     int64  `json:"event_id"`    // the adaptation event
-	Version     int    `json:"version"`     // the model's adapter version after the round (the store's numbering)
+	Rated       int    `json:"rated"`        // rated replies in the feedback history
+	Judge       string `json:"judge"`        // what judged: "", a folder, or "trained on N ratings"
+	EventID     int64  `json:"event_id"`     // the adaptation event
+	Version     int    `json:"version"`      // the model's adapter version after the round (the store's numbering)
 	AdapterPath string `json:"adapter_path"` // the new version's folder, when kept
 	// PerCandidateMS and ScorePerCandidateMS are the mean generation and
 	// scoring times of a candidate; StepMS the mean training step.
@@ -116,7 +116,9 @@ func (w *Workspace) StartTAO(ctx context.Context, spec TAOSpec) (*Job, error) {
 
 func (w *Workspace) taoRound(ctx context.Context, runID int64, info store.Model, spec TAOSpec, emit func(Progress)) (any, string, error) {
 	rep := TAOReport{}
-	say := func(format string, args ...any) { emit(Progress{Phase: PhaseInfo, Message: fmt.Sprintf(format, args...)}) }
+	say := func(format string, args ...any) {
+		emit(Progress{Phase: PhaseInfo, Message: fmt.Sprintf(format, args...)})
+	}
 	var prompts []string
 	if !spec.NoChats {
 		ps, err := w.chatPrompts(ctx, info.Name)
