@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -26,6 +27,8 @@ type dataScreen struct {
 	probs    []string
 	preview  *widget.List
 	rows     []string
+	files    *widget.List
+	verdicts []string // a line per file of a documents folder: read, skipped or failed, and why
 	watch    *widget.Check
 	changed  *widget.Label
 	reload   *widget.Button
@@ -37,7 +40,7 @@ type dataScreen struct {
 func newDataScreen(u *UI) *dataScreen {
 	s := &dataScreen{u: u}
 	s.model = widget.NewSelect(nil, func(string) { s.load() })
-	s.summary = widget.NewLabel("Choose a JSONL file (mlx-lm formats: text, prompt/completion, chat), a folder with train/valid/test.jsonl, or a folder of your documents (txt, md, …).")
+	s.summary = widget.NewLabel("Choose a JSONL file (mlx-lm formats: text, prompt/completion, chat), a folder with train/valid/test.jsonl, or a folder of your documents (PDF, Word, Excel, CSV, PowerPoint, mail, web pages, EPUB, text).")
 	s.summary.Wrapping = fyne.TextWrapWord
 	s.problems = widget.NewList(func() int { return len(s.probs) },
 		func() fyne.CanvasObject { l := widget.NewLabel(""); l.Wrapping = fyne.TextWrapWord; return l },
@@ -45,6 +48,9 @@ func newDataScreen(u *UI) *dataScreen {
 	s.preview = widget.NewList(func() int { return len(s.rows) },
 		func() fyne.CanvasObject { l := widget.NewLabel(""); l.Truncation = fyne.TextTruncateEllipsis; return l },
 		func(i widget.ListItemID, o fyne.CanvasObject) { o.(*widget.Label).SetText(s.rows[i]) })
+	s.files = widget.NewList(func() int { return len(s.verdicts) },
+		func() fyne.CanvasObject { l := widget.NewLabel(""); l.Truncation = fyne.TextTruncateEllipsis; return l },
+		func(i widget.ListItemID, o fyne.CanvasObject) { o.(*widget.Label).SetText(s.verdicts[i]) })
 	s.watch = widget.NewCheck("Watch this folder for changes", s.setWatch)
 	s.watch.Disable()
 	s.changed = widget.NewLabel("")
@@ -88,8 +94,10 @@ func newDataScreen(u *UI) *dataScreen {
 		container.NewBorder(nil, nil, container.NewHBox(file, folder), s.trainBtn, typed),
 		s.summary,
 		container.NewHBox(s.watch, s.changed, s.reload))
-	lists := container.NewVSplit(
-		container.NewBorder(widget.NewLabelWithStyle("Problems", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), nil, nil, nil, s.problems),
+	checks := container.NewAppTabs(
+		container.NewTabItem("Files", s.files),
+		container.NewTabItem("Problems", s.problems))
+	lists := container.NewVSplit(checks,
 		container.NewBorder(widget.NewLabelWithStyle("First examples", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), nil, nil, nil, s.preview))
 	lists.Offset = 0.35
 	s.content = container.NewBorder(top, nil, nil, nil, lists)
@@ -121,13 +129,29 @@ func (s *dataScreen) load() {
 	s.reload.Hide()
 	path, model := s.path, s.model.Selected
 	go func() {
-		sum, err := s.u.ws.InspectData(s.u.ctx, model, path)
+		// A folder of documents reports each file read, with the time left.
+		progress := func(p app.Progress) {
+			s.u.do(func() {
+				if s.path == path {
+					s.summary.SetText("Reading " + path + ": " + strings.TrimPrefix(p.Message, "reading documents: ") + "…")
+				}
+			})
+		}
+		sum, err := s.u.ws.InspectDataProgress(s.u.ctx, model, path, progress)
 		s.u.do(func() { s.show(sum, err) })
 	}()
 }
 
 func (s *dataScreen) show(sum app.DataSummary, err error) {
 	s.probs, s.rows = sum.Problems, sum.Preview
+	s.verdicts = s.verdicts[:0]
+	for _, v := range sum.Verdicts {
+		s.verdicts = append(s.verdicts, v.String())
+	}
+	if len(s.verdicts) == 0 && sum.Kind != "" {
+		s.verdicts = append(s.verdicts, "Not a folder of documents: see the rows' problems.")
+	}
+	s.files.Refresh()
 	if len(s.probs) == 0 && err == nil {
 		s.probs = []string{"None: every row is usable."}
 	}
@@ -147,6 +171,9 @@ func (s *dataScreen) show(sum app.DataSummary, err error) {
 	}
 	if n := len(sum.Problems); n > 0 {
 		text += fmt.Sprintf(". %d problems are listed below; those rows are left out", n)
+	}
+	if skipped := len(sum.Verdicts) - sum.Files; sum.Kind == "documents" && skipped > 0 {
+		text += fmt.Sprintf(". %d other %s skipped or failed: see Files", skipped, plural(skipped, "file was", "files were"))
 	}
 	s.summary.SetText(text + ".")
 	s.trainBtn.Enable()
