@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/inloop/inloop/adapt/ror"
 	"github.com/inloop/inloop/adapt/ttt"
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/chat"
@@ -65,6 +66,9 @@ type ChatSession struct {
 	told  bool // the dropped-turns notice was given
 
 	memory *chatMemory // δ-mem, nil when off (deltamem.go)
+
+	replies map[int64]chatReply // the replies feedback can reach, by message (chat_ror.go)
+	learner *ror.ChatLearner    // reinforce-or-retrain, made at the first feedback
 }
 
 // Turn is one reply.
@@ -76,6 +80,11 @@ type Turn struct {
 	Notice    string      // DroppedNotice the first time turns are dropped in this chat
 	TTT       *ttt.Result // the test-time training before this reply, when on
 	Memory    *MemoryTurn // what δ-mem wrote during this turn, when on
+	// Confidence is the reply's mean token probability adjusted by the
+	// feedback this chat's model has had (chat_ror.go); LowConfidence says it
+	// is below the gate, so a person should check the reply.
+	Confidence    float64
+	LowConfidence bool
 }
 
 // StartChat opens a new conversation and records it.
@@ -119,7 +128,9 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 		return nil, err
 	}
 	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull, ttt: spec.TTT,
-		opts: inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw}, memory: mem}
+		opts:    inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw, LogProb: true},
+		memory:  mem,
+		replies: map[int64]chatReply{}}
 	if err := c.attachMemory(ctx); err != nil {
 		return nil, err
 	}
@@ -188,6 +199,9 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 	}
 	if turn.TTT != nil && serr == nil {
 		c.recordTTT(ctx, turn)
+	}
+	if serr == nil {
+		c.keepReply(&turn, ids)
 	}
 	if merr := c.recordMemory(ctx, &turn); err == nil && serr == nil {
 		err = merr

@@ -76,6 +76,8 @@ type ReplyOptions struct {
 	AddSpecialTokens bool
 	// StopStrings end the reply too, besides the Replier's.
 	StopStrings []string
+	// LogProb fills Stats.LogProb (GenerateOptions.LogProb).
+	LogProb bool
 	// IgnoreStops generates through stop tokens and stop strings until MaxTokens
 	// (special tokens are still left out of the text): a look at what the model
 	// writes after its end of text.
@@ -127,7 +129,7 @@ func (r *Replier) ReplyTokens(ctx context.Context, sess *Session, ids []int, opt
 	if sess == nil {
 		sess = NewSession(r.Model)
 	}
-	gen := GenerateOptions{MaxTokens: opts.MaxTokens, StopTokens: r.StopTokens, Sampling: opts.Sampling}
+	gen := GenerateOptions{MaxTokens: opts.MaxTokens, StopTokens: r.StopTokens, Sampling: opts.Sampling, LogProb: opts.LogProb}
 	st := newStopText(r.Tokenizer, slices.Concat(r.StopStrings, opts.StopStrings), onText)
 	if opts.IgnoreStops {
 		gen.StopTokens, st.stops = nil, nil

@@ -30,8 +30,9 @@ import (
 //     loss on the reply's tokens, given the conversation before it) mixed with
 //     replay examples, more steps (up to MaxSteps) only while the model still
 //     prefers its own reply to the correction (a lower mean loss per token);
-//     then the anchor set's mean loss per token is measured and the step is
-//     rolled back when it rose by more than AnchorMargin;
+//     then the anchor set is scored — its next-token accuracy over the
+//     confirmed replies' tokens, teacher-forced — and the step is rolled back
+//     when that fell by more than AnchorMargin;
 //   - 👎 alone is recorded: the bucket is lowered and the reply offered for
 //     escalation.
 //
@@ -43,11 +44,11 @@ import (
 // Defaults of ChatOptions.
 const (
 	DefaultChatThreshold    = 0.5
-	DefaultChatLearningRate = 5e-3
+	DefaultChatLearningRate = 1e-3
 	DefaultChatRank         = 8
 	DefaultChatLayers       = 4
 	DefaultChatReplay       = 2
-	DefaultChatAnchorMargin = 0.05 // nats per token
+	DefaultChatAnchorMargin = 0.05 // a drop in anchor accuracy, as a share
 	DefaultChatMaxTokens    = 512
 )
 
@@ -58,7 +59,7 @@ type ChatOptions struct {
 	LearningRate float64 // Adam's
 	Rank, Layers int     // of the correction adapter
 	Replay       int     // replay examples mixed into a step
-	AnchorMargin float64 // the rise in the anchor set's loss per token a step may cause
+	AnchorMargin float64 // the drop in anchor accuracy a step may cause
 	Prior        float64
 	History      int
 	MaxTokens    int // a longer conversation keeps its last MaxTokens tokens
@@ -102,10 +103,10 @@ type ChatExample struct {
 // chatVersion is the correction adapter's weights and the optimizer's state
 // at one point.
 type chatVersion struct {
-	id         uint64
-	params     map[string]*mx.Array
-	opt        optim.State
-	anchorLoss float64 // NaN before an anchor set exists
+	id     uint64
+	params map[string]*mx.Array
+	opt    optim.State
+	anchor float64 // accuracy on the anchor set; NaN before one exists
 }
 
 // ChatLearner is RoR over one chat's model. Its methods run one at a time;
@@ -151,7 +152,7 @@ func NewChat(m *inference.Model, opts ChatOptions) (*ChatLearner, error) {
 	for i := range l.feedback {
 		l.feedback[i] = Bucket{Low: float64(i) / Buckets, High: float64(i+1) / Buckets}
 	}
-	v := &chatVersion{params: lora.Params(m), opt: o.State(), anchorLoss: math.NaN()}
+	v := &chatVersion{params: lora.Params(m), opt: o.State(), anchor: math.NaN()}
 	l.versions, l.current, l.nextID = []*chatVersion{v}, v, 1
 	return l, nil
 }
@@ -188,9 +189,9 @@ func (l *ChatLearner) AddAnchor(ctx context.Context, exs ...ChatExample) error {
 		}
 	}
 	l.anchor = append(l.anchor, exs...)
-	loss, err := l.anchorLoss(ctx)
+	acc, _, err := l.anchorScore(ctx)
 	if err == nil {
-		l.current.anchorLoss = loss
+		l.current.anchor = acc
 	}
 	return err
 }
@@ -238,12 +239,12 @@ func (l *ChatLearner) ThumbUp(ctx context.Context, ex ChatExample, p float64) (E
 	ev.Confidence, ev.Adjusted = p, l.adjustedLocked(p)
 	if l.ups%2 == 0 {
 		l.anchor = append(l.anchor, ex)
-		loss, err := l.anchorLoss(ctx)
+		acc, _, err := l.anchorScore(ctx)
 		if err != nil {
 			return ev, err
 		}
-		l.current.anchorLoss = loss
-		ev.AnchorAfter, ev.Detail = loss, "kept for the anchor set"
+		l.current.anchor = acc
+		ev.AnchorAfter, ev.Detail = acc, "kept for the anchor set"
 	} else {
 		l.replay = append(l.replay, ex)
 		if len(l.replay) > DefaultReplayCap {
@@ -286,7 +287,7 @@ func (l *ChatLearner) ThumbDown(ctx context.Context, ex ChatExample, p float64, 
 }
 
 func (l *ChatLearner) event(k Kind) Event {
-	a := l.current.anchorLoss
+	a := l.current.anchor
 	return Event{Kind: k, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: a, AnchorAfter: a}
 }
 
@@ -347,24 +348,26 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 	ev.StepMS = ms(time.Since(stepsBegan))
 
 	checkBegan := time.Now()
-	loss, err := l.anchorLoss(ctx)
+	acc, loss, err := l.anchorScore(ctx)
 	ev.CheckMS = ms(time.Since(checkBegan))
 	if err != nil {
 		return fail(err)
 	}
-	ev.AnchorAfter = loss
-	if !math.IsNaN(loss) && loss-cur.anchorLoss > l.opts.AnchorMargin {
+	ev.AnchorAfter = acc
+	if !math.IsNaN(acc) && cur.anchor-acc > l.opts.AnchorMargin {
 		ev.Kind = KindRollback
-		ev.Detail = fmt.Sprintf("anchor loss %.4f → %.4f per token, a rise over the %.4f allowed", cur.anchorLoss, loss, l.opts.AnchorMargin)
+		ev.Detail = fmt.Sprintf("anchor accuracy %.4f → %.4f, a drop over the %.4f allowed (loss per token %.4f after)", cur.anchor, acc, l.opts.AnchorMargin, loss)
 		if err := l.install(cur); err != nil {
 			return ev, err
 		}
 		return ev, nil
 	}
-	if math.IsNaN(loss) {
+	if math.IsNaN(acc) {
 		ev.Detail = "no confirmed replies to check against yet"
+	} else {
+		ev.Detail = fmt.Sprintf("anchor loss per token %.4f after", loss)
 	}
-	v := &chatVersion{id: l.nextID, params: params, opt: l.opt.State(), anchorLoss: loss}
+	v := &chatVersion{id: l.nextID, params: params, opt: l.opt.State(), anchor: acc}
 	l.nextID++
 	l.versions = append(l.versions, v)
 	l.undo = append(l.undo, cur)
@@ -405,7 +408,7 @@ func (l *ChatLearner) Undo() (Event, error) {
 		return ev, err
 	}
 	l.undo = l.undo[:len(l.undo)-1]
-	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchorLoss
+	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
 }
@@ -428,7 +431,7 @@ func (l *ChatLearner) RestoreVersion(id uint64) (Event, error) {
 		return ev, err
 	}
 	l.undo = append(l.undo, prev)
-	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchorLoss
+	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
 }
@@ -490,19 +493,42 @@ func (l *ChatLearner) meanLoss(ctx context.Context, ex ChatExample) (float64, er
 	return float64(v[0]), nil
 }
 
-// anchorLoss is the anchor set's mean loss per reply token; NaN when empty.
-func (l *ChatLearner) anchorLoss(ctx context.Context) (float64, error) {
+// anchorScore is the anchor set's next-token accuracy over the reply tokens
+// (teacher-forced: the share of them the model ranks first) and its mean loss
+// per reply token; NaN for both when the set is empty. One forward pass per
+// example; only the argmax of each reply position leaves the backend.
+func (l *ChatLearner) anchorScore(ctx context.Context) (acc, loss float64, err error) {
 	if len(l.anchor) == 0 {
-		return math.NaN(), nil
+		return math.NaN(), math.NaN(), nil
 	}
-	var sum, n float64
+	var right, lossSum, n float64
+	b := l.m.Backend()
 	for _, ex := range l.anchor {
-		v, err := l.meanLoss(ctx, ex)
-		if err != nil {
-			return 0, err
+		if err := ctx.Err(); err != nil {
+			return 0, 0, err
 		}
-		sum += v * float64(len(ex.Reply))
-		n += float64(len(ex.Reply))
+		bt := l.batch(ex)
+		first := slices.Index(bt.Mask, 1)
+		ids := mx.FromData(b, mx.Int32, bt.IDs, 1, bt.L)
+		logits := l.m.Forward(ids, nil)
+		ce := mx.CrossEntropyMasked(logits, mx.FromData(b, mx.Int32, bt.Targets, 1, bt.L), mx.FromData(b, mx.Float32, bt.Mask, 1, bt.L))
+		top := mx.ArgMax(mx.SliceAxis(logits, 1, first, bt.L), -1, false)
+		v, err := ce.Float32s()
+		if err != nil {
+			return 0, 0, fmt.Errorf("ror: %w", err)
+		}
+		got, err := top.Int32s()
+		if err != nil {
+			return 0, 0, fmt.Errorf("ror: %w", err)
+		}
+		for i, g := range got {
+			if g == bt.Targets[first+i] {
+				right++
+			}
+		}
+		k := float64(len(got))
+		lossSum += float64(v[0]) * k
+		n += k
 	}
-	return sum / n, nil
+	return right / n, lossSum / n, nil
 }

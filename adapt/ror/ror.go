@@ -206,8 +206,8 @@ type Event struct {
 	LossAfter float64 `json:"loss_after,omitempty"`
 	// AnchorBefore is the anchor accuracy of the version before; AnchorAfter
 	// of the step (rolled back or not), or of the version after. For a
-	// ChatLearner they are the anchor set's mean loss per token instead
-	// (lower is better; NaN while the set is empty).
+	// ChatLearner it is the anchor replies' next-token accuracy (NaN while
+	// the set is empty).
 	AnchorBefore float64 `json:"anchor_before"`
 	AnchorAfter  float64 `json:"anchor_after"`
 	// Flipped: after the steps the model prefers every corrected answer.
