@@ -2,27 +2,25 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
-	"os"
-	"path/filepath"
 
 	"github.com/inloop/inloop/inference"
-	"github.com/inloop/inloop/internal/atomicfile"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/store"
 	"github.com/inloop/inloop/training/lora"
 )
-
-// modelSideFiles are copied from the base model folder into a fused one.
-var modelSideFiles = []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", "chat_template.jinja"}
 
 // FuseSpec folds an adapter into its model's weights.
 type FuseSpec struct {
 	Model      string // as the registry names it
 	Adapter    string // an adapter folder; empty: the model's newest adapter
 	Out        string // the new model folder; empty: models/NAME-fused-TIME under the data directory
-	Dequantize bool   // leave fused layers of a quantized model dense
+	Dequantize bool   // write a quantized model dense, as mlx-lm's fuse --dequantize does
+	// DType is the type of the written weights: "" or "auto" keeps the base's own
+	// (bfloat16 stays bfloat16, as mlx-lm's fuse writes it); "float32",
+	// "bfloat16" or "float16" converts every float tensor, as mlx_lm.convert
+	// --dtype does, and says so in config.json.
+	DType string
 }
 
 // Fused is the model Fuse wrote.
@@ -32,9 +30,25 @@ type Fused struct {
 }
 
 // Fuse writes Model with Adapter folded into its weights as a new model folder and
-// registers it.
+// registers it. The model is loaded in its own dtypes, whatever the workspace
+// computes in, so the folder holds what mlx-lm's fuse would write.
 func (w *Workspace) Fuse(ctx context.Context, spec FuseSpec) (Fused, error) {
-	m, info, err := w.LoadModel(ctx, spec.Model)
+	var cast mx.DType
+	switch spec.DType {
+	case "", "auto":
+		spec.DType = "auto"
+	default:
+		opts, err := inference.ParseDType(spec.DType)
+		if err != nil {
+			return Fused{}, err
+		}
+		cast = opts.DType
+	}
+	info, err := w.ResolveModel(ctx, spec.Model)
+	if err != nil {
+		return Fused{}, err
+	}
+	m, err := inference.LoadWithOptions(info.Path, w.Backend, inference.LoadOptions{KeepDType: true})
 	if err != nil {
 		return Fused{}, err
 	}
@@ -55,39 +69,18 @@ func (w *Workspace) Fuse(ctx context.Context, spec FuseSpec) (Fused, error) {
 	if err != nil {
 		return Fused{}, err
 	}
-	if err := inference.SaveModel(m, spec.Out); err != nil {
+	if spec.Dequantize {
+		if err := m.Dequantize(); err != nil {
+			return Fused{}, err
+		}
+	}
+	if spec.DType != "auto" {
+		if err := m.CastFloats(cast); err != nil {
+			return Fused{}, err
+		}
+	}
+	if err := inference.SaveModelFrom(m, info.Path, spec.Out); err != nil {
 		return Fused{}, err
-	}
-	if cfg := m.Config(); spec.Dequantize && cfg.Quantization != nil {
-		// The fused layers are dense now: say so per module, as mlx-lm's
-		// mixed-precision configs do.
-		q := *cfg.Quantization
-		q.Overrides = maps.Clone(q.Overrides)
-		if q.Overrides == nil {
-			q.Overrides = map[string]*inference.QuantParams{}
-		}
-		for _, p := range paths {
-			q.Overrides[p] = nil
-		}
-		cfg.Quantization = &q
-		raw, err := cfg.JSON()
-		if err != nil {
-			return Fused{}, err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(spec.Out, "config.json"), raw, 0o644); err != nil {
-			return Fused{}, err
-		}
-	}
-	for _, f := range modelSideFiles {
-		raw, err := os.ReadFile(filepath.Join(info.Path, f))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		} else if err != nil {
-			return Fused{}, err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(spec.Out, f), raw, 0o644); err != nil {
-			return Fused{}, err
-		}
 	}
 	reg, err := w.RegisterModel(ctx, spec.Out, "", "fused")
 	return Fused{Model: reg, Layers: len(paths)}, err

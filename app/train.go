@@ -25,7 +25,8 @@ func fuseCmd(e *env, args []string) error {
 	model := fs.String("model", "", "base model: demo, a folder, a pulled ORG/NAME or a remembered name")
 	adapter := fs.String("adapter-path", "", "adapter folder (mlx-lm layout); default: the model's newest adapter")
 	save := fs.String("save-path", "fused_model", "folder to write the fused model to")
-	dequantize := fs.Bool("dequantize", false, "leave fused layers of a quantized model dense instead of quantizing them again")
+	dequantize := fs.Bool("dequantize", false, "write a quantized model dense (in its scales' dtype), as mlx-lm's fuse --dequantize does")
+	dtype := fs.String("dtype", "auto", "type of the written weights: auto keeps the base's (a bfloat16 model stays bfloat16, as mlx-lm writes it); float32, bfloat16 or float16 converts every float tensor and says so in config.json")
 	wf := addWorkspaceFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -38,7 +39,10 @@ func fuseCmd(e *env, args []string) error {
 		return err
 	}
 	defer w.Close()
-	fused, err := w.Fuse(e.ctx, FuseSpec{Model: *model, Adapter: *adapter, Out: *save, Dequantize: *dequantize})
+	if _, err := inference.ParseDType(*dtype); err != nil {
+		return fmt.Errorf("--dtype %q: want %s", *dtype, inference.DTypeNames)
+	}
+	fused, err := w.Fuse(e.ctx, FuseSpec{Model: *model, Adapter: *adapter, Out: *save, Dequantize: *dequantize, DType: *dtype})
 	if err != nil {
 		return err
 	}

@@ -436,7 +436,9 @@ func (m *Model) FuseAdapters(dequantize bool) ([]string, error) {
 		}
 		var delta *mx.Array // (Out, In)
 		for _, lo := range l.adapters {
-			d := mx.Transpose(mx.MulScalar(mx.Matmul(lo.A, lo.B), lo.Scale), 1, 0)
+			// (Scale·Bᵀ)·Aᵀ in the adapter's dtype, the order mlx-lm's
+			// LoRALinear.fuse rounds in, so a fused weight is bit for bit its.
+			d := mx.Matmul(mx.MulScalar(mx.Transpose(lo.B, 1, 0), lo.Scale), mx.Transpose(lo.A, 1, 0))
 			if delta == nil {
 				delta = d
 			} else {
@@ -447,9 +449,8 @@ func (m *Model) FuseAdapters(dequantize bool) ([]string, error) {
 		switch {
 		case l.Scales == nil:
 			f.weight = mx.Add(l.Weight, mx.AsType(delta, l.Weight.DType()))
-		case dequantize:
-			w := mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
-			f.weight = mx.AsType(w, mx.Float32)
+		case dequantize: // dense in the scales' dtype, as mx.dequantize gives it
+			f.weight = mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
 		default:
 			w := mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
 			f.weight, f.scales, f.biases = mx.Quantize(w, l.GroupSize, l.Bits)

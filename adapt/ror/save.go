@@ -26,7 +26,7 @@ func (l *Learner) Save(dir string) (err error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("ror: save: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-ror-"+filepath.Base(dir)+"-")
+	tmp, err := atomicfile.MkdirTemp(parent, ".tmp-ror-"+filepath.Base(dir)+"-")
 	if err != nil {
 		return fmt.Errorf("ror: save: %w", err)
 	}

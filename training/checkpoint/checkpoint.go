@@ -117,7 +117,7 @@ func Save(runDir string, c *Checkpoint) (err error) {
 		}
 	}
 	final := Dir(runDir, c.Step)
-	tmp, err := os.MkdirTemp(root, ".tmp-"+dirName(c.Step)+"-")
+	tmp, err := atomicfile.MkdirTemp(root, ".tmp-"+dirName(c.Step)+"-")
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

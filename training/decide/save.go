@@ -53,7 +53,7 @@ func (m *Model) Save(dir string) (err error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("decide: save: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-"+filepath.Base(dir)+"-")
+	tmp, err := atomicfile.MkdirTemp(parent, ".tmp-"+filepath.Base(dir)+"-")
 	if err != nil {
 		return fmt.Errorf("decide: save: %w", err)
 	}
