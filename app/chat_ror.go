@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"github.com/inloop/inloop/adapt/ror"
 	"github.com/inloop/inloop/inference/chat"
@@ -33,10 +34,22 @@ type chatReply struct {
 	prompt []int
 	text   string
 	prob   float64
+	asked  int // tokens of the user's message it answers
 }
 
+// learnt is an example the chat's feedback adapter holds: what showing it to
+// the model in the prompt instead would cost.
+type learnt struct {
+	version uint64 // the version that learnt it (a confirmation: the version it was given under)
+	tokens  int
+}
+
+// exampleOverhead is the template's tokens around a worked example (roles,
+// turn markers), counted when pricing an example in the prompt.
+const exampleOverhead = 10
+
 // keepReply remembers the reply of turn for feedback and fills its confidence.
-func (c *ChatSession) keepReply(turn *Turn, prompt []int) {
+func (c *ChatSession) keepReply(turn *Turn, prompt []int, asked string) {
 	p := turn.Stats.TokenProbability()
 	turn.Confidence, turn.LowConfidence = p, p < ror.DefaultChatThreshold
 	if c.learner != nil {
@@ -52,7 +65,11 @@ func (c *ChatSession) keepReply(turn *Turn, prompt []int) {
 		}
 		delete(c.replies, oldest)
 	}
-	c.replies[turn.MessageID] = chatReply{prompt: prompt, text: turn.Text, prob: p}
+	n := 0
+	if ids, err := c.rep.Tokenizer.Encode(asked, false); err == nil {
+		n = len(ids)
+	}
+	c.replies[turn.MessageID] = chatReply{prompt: prompt, text: turn.Text, prob: p, asked: n}
 }
 
 // replyTokens is text as the model writes a reply: its tokens and the
@@ -116,9 +133,16 @@ func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, 
 			}
 		}
 		ev, err = c.learner.ThumbDown(ctx, ex, r.prob, fix)
+		ex.Reply = fix
 	}
 	if err != nil {
 		return ev, err
+	}
+	switch ev.Kind {
+	case RoRReinforce:
+		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: r.asked + len(reply) + exampleOverhead})
+	case RoRRetrain:
+		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: r.asked + len(ex.Reply) + exampleOverhead})
 	}
 	return ev, c.recordRoR(ctx, messageID, ev)
 }
@@ -134,6 +158,7 @@ func (c *ChatSession) UndoFeedback(ctx context.Context) (RoREvent, error) {
 	if err != nil {
 		return ev, err
 	}
+	c.learnt = slices.DeleteFunc(c.learnt, func(l learnt) bool { return l.version > ev.VersionAfter })
 	evs, _ := c.w.Store.AdaptationEvents(ctx, store.EventFilter{ChatID: c.ID, Method: store.MethodRoR})
 	for _, e := range evs { // newest first
 		if e.VersionAfter == int(ev.VersionBefore) && e.VersionBefore != e.VersionAfter && !e.Undone {
@@ -207,4 +232,17 @@ func confirmed(ctx context.Context, s *store.Store, messageID int64) bool {
 		return false
 	}
 	return fs[len(fs)-1].Thumb > 0
+}
+
+// Learnt is what the chat's feedback adapter holds — the confirmed and
+// corrected replies it learnt from — priced as worked examples in the prompt
+// instead: their tokens, and the KV-cache bytes those would take on every
+// turn.
+func (c *ChatSession) Learnt() (examples, tokens int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.learnt {
+		tokens += l.tokens
+	}
+	return len(c.learnt), tokens, int64(tokens) * kvBytesPerToken(c.model.Config())
 }

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/inloop/inloop/inference"
@@ -32,6 +31,9 @@ func TestChatFeedbackRoR(t *testing.T) {
 	up, err := c.Feedback(ctx, first.MessageID, +1, "")
 	if err != nil || up.Kind != RoRReinforce || c.FeedbackVersion() != 0 {
 		t.Fatalf("thumb up: %+v, %v", up, err)
+	}
+	if n, tokens, bytes := c.Learnt(); n != 1 || tokens <= first.Stats.GeneratedTokens || bytes != int64(tokens)*kvBytesPerToken(c.model.Config()) {
+		t.Errorf("learnt after a thumb up: %d examples, %d tokens, %d bytes", n, tokens, bytes)
 	}
 	second, err := c.Send(ctx, "What colour is the sea?", nil)
 	if err != nil {
@@ -72,6 +74,9 @@ func TestChatFeedbackRoR(t *testing.T) {
 		if len(evs) != 3 || !evs[1].Undone {
 			t.Errorf("after undo the retrain is not marked undone: %+v", evs)
 		}
+		if n, _, _ := c.Learnt(); n != 1 {
+			t.Errorf("after undo the chat still counts %d learnt examples", n)
+		}
 	}
 	if _, err := c.Feedback(ctx, 999999, +1, ""); err == nil {
 		t.Error("feedback on a message that does not exist was taken")
@@ -91,8 +96,5 @@ func TestChatFeedbackRoR(t *testing.T) {
 	}
 	if n := c2.learner.Anchors(); n != 1 {
 		t.Errorf("the new chat's learner has %d anchors, want the one confirmed reply", n)
-	}
-	if !strings.Contains(first.Text, "") {
-		t.Fatal()
 	}
 }

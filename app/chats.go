@@ -69,6 +69,7 @@ type ChatSession struct {
 
 	replies map[int64]chatReply // the replies feedback can reach, by message (chat_ror.go)
 	learner *ror.ChatLearner    // reinforce-or-retrain, made at the first feedback
+	learnt  []learnt            // what the learner holds, priced as prompt tokens
 }
 
 // Turn is one reply.
@@ -201,7 +202,7 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 		c.recordTTT(ctx, turn)
 	}
 	if serr == nil {
-		c.keepReply(&turn, ids)
+		c.keepReply(&turn, ids, text)
 	}
 	if merr := c.recordMemory(ctx, &turn); err == nil && serr == nil {
 		err = merr

@@ -34,8 +34,10 @@ type chatScreen struct {
 	send   *widget.Button
 	kv     *widget.ProgressBar
 	status *widget.Label
+	undo   *widget.Button // takes back the last correction the chat learnt
 
-	session  *app.ChatSession
+	session   *app.ChatSession
+	lastStats app.ReplyStats // the last reply's, for the KV meter
 	adapters map[string]string // adapter picker label -> folder
 	busy     bool
 }
@@ -67,6 +69,8 @@ func newChatScreen(u *UI) *chatScreen {
 	c.kv.TextFormatter = func() string { return "KV cache: empty" }
 	c.status = widget.NewLabel("")
 	c.status.Wrapping = fyne.TextWrapWord
+	c.undo = widget.NewButtonWithIcon("Undo last correction", theme.ContentUndoIcon(), c.undoCorrection)
+	c.undo.Disable()
 
 	newBtn := widget.NewButtonWithIcon("New chat", theme.ContentAddIcon(), c.newChat)
 	settings := widget.NewAccordion(widget.NewAccordionItem("Settings",
@@ -82,7 +86,7 @@ func newChatScreen(u *UI) *chatScreen {
 			container.NewBorder(nil, nil, widget.NewLabel("Adapter"), nil, c.adapter))),
 		settings)
 	bottom := container.NewVBox(c.status,
-		container.NewBorder(nil, nil, widget.NewLabel("Memory this chat holds"), nil, c.kv),
+		container.NewBorder(nil, nil, widget.NewLabel("Memory this chat holds"), c.undo, c.kv),
 		container.NewBorder(nil, nil, nil, c.send, c.input))
 	c.content = container.NewBorder(top, bottom, nil, nil, c.scroll)
 	c.refreshModels()
@@ -149,6 +153,7 @@ func (c *chatScreen) newChat() {
 		return
 	}
 	c.session = s
+	c.undo.Disable()
 	c.list.Add(widget.NewLabelWithStyle("New chat with "+s.Info.Name+". Replies are generated on this machine; nothing leaves it.", fyne.TextAlignCenter, fyne.TextStyle{Italic: true}))
 	if len(c.model.Options) == 1 && s.Info.Name == "demo" {
 		get := widget.NewButtonWithIcon("Get "+RecommendedRepo+" ("+RecommendedSize+")", theme.DownloadIcon(), func() {
@@ -205,7 +210,10 @@ func (c *chatScreen) submit() {
 			if first {
 				reply.SetText("(no text)")
 			}
-			text := replyStats(turn.Stats)
+			text := fmt.Sprintf("confidence %.0f%% · ", 100*turn.Confidence) + replyStats(turn.Stats)
+			if turn.LowConfidence {
+				text = "low confidence, check this reply · " + text
+			}
 			if r := turn.TTT; r != nil && len(r.Steps) > 0 {
 				text = fmt.Sprintf("learned %d steps in %.0f ms · ", len(r.Steps), r.TotalMS) + text
 			}
@@ -214,8 +222,9 @@ func (c *chatScreen) submit() {
 			if turn.Stats.StopReason == app.StopContext {
 				c.status.SetText("The reply reached the end of the model's context.")
 			}
+			c.lastStats = turn.Stats
 			c.showKV(turn.Stats)
-			thumbs.Add(c.thumbButtons(turn.MessageID))
+			thumbs.Add(c.thumbButtons(s, turn.MessageID))
 			c.scroll.ScrollToBottom()
 		})
 	}()
@@ -244,49 +253,123 @@ func (c *chatScreen) showKV(st app.ReplyStats) {
 		c.kv.Max = float64(max(tokens, 1))
 	}
 	c.kv.SetValue(float64(tokens))
+	n, learntTokens, learntBytes := c.session.Learnt()
 	c.kv.TextFormatter = func() string {
+		text := fmt.Sprintf("KV cache %s · %d tokens", bytesText(st.KVBytes), tokens)
 		if limit > 0 {
-			return fmt.Sprintf("KV cache %s · %d of %d tokens", bytesText(st.KVBytes), tokens, limit)
+			text = fmt.Sprintf("KV cache %s · %d of %d tokens", bytesText(st.KVBytes), tokens, limit)
 		}
-		return fmt.Sprintf("KV cache %s · %d tokens", bytesText(st.KVBytes), tokens)
+		if n > 0 {
+			text += fmt.Sprintf(" · learnt %d example(s) that in the prompt would add %d tokens (%s) to every turn", n, learntTokens, bytesText(learntBytes))
+		}
+		return text
 	}
 	c.kv.Refresh()
 }
 
-// thumbButtons record 👍 or 👎 (with an optional correction) on a stored reply.
-func (c *chatScreen) thumbButtons(messageID int64) fyne.CanvasObject {
+// thumbButtons take 👍 or 👎 (with an optional correction) on a reply: stored,
+// and learnt from by reinforce-or-retrain in the chat's own adapter.
+func (c *chatScreen) thumbButtons(s *app.ChatSession, messageID int64) fyne.CanvasObject {
 	box := container.NewHBox()
-	var up, down *widget.Button
-	done := func(msg string) {
+	send := func(thumb int, correction string) {
 		box.RemoveAll()
-		box.Add(widget.NewLabel(msg))
+		box.Add(widget.NewLabel("Learning…"))
+		go func() {
+			ev, err := s.Feedback(c.u.ctx, messageID, thumb, correction)
+			c.u.do(func() {
+				box.RemoveAll()
+				if err != nil {
+					box.Add(widget.NewLabel("Feedback saved"))
+					c.status.SetText(capitalize(app.UserMessage(err)) + ".")
+					return
+				}
+				box.Add(widget.NewLabel(chatFeedbackText(ev)))
+				c.status.SetText(chatFeedbackDetail(ev))
+				if s == c.session {
+					c.undo.Enable()
+					if s.FeedbackVersion() == 0 {
+						c.undo.Disable()
+					}
+					c.showKV(c.lastStats)
+				}
+			})
+		}()
 	}
-	up = widget.NewButtonWithIcon("Good", theme.ConfirmIcon(), func() {
-		if _, err := c.u.ws.AddFeedback(c.u.ctx, messageID, 1, ""); err != nil {
-			c.u.showError("Feedback was not saved", err)
-			return
-		}
-		done("Marked good — thanks")
-	})
-	down = widget.NewButtonWithIcon("Wrong…", theme.CancelIcon(), func() {
+	up := widget.NewButtonWithIcon("Good", theme.ConfirmIcon(), func() { send(1, "") })
+	down := widget.NewButtonWithIcon("Wrong…", theme.CancelIcon(), func() {
 		correction := widget.NewMultiLineEntry()
-		correction.SetPlaceHolder("What should the answer have been? (optional)")
+		correction.SetPlaceHolder("What should the answer have been? With a correction the model learns it (checked against replies you marked good, and undone if it hurts them).")
 		correction.SetMinRowsVisible(4)
-		dialog.ShowForm("What was wrong?", "Save", "Cancel", []*widget.FormItem{widget.NewFormItem("Correction", correction)}, func(ok bool) {
-			if !ok {
-				return
+		correction.Wrapping = fyne.TextWrapWord
+		d := dialog.NewForm("What was wrong?", "Send", "Cancel", []*widget.FormItem{widget.NewFormItem("Correction", correction)}, func(ok bool) {
+			if ok {
+				send(-1, correction.Text)
 			}
-			if _, err := c.u.ws.AddFeedback(c.u.ctx, messageID, -1, correction.Text); err != nil {
-				c.u.showError("Feedback was not saved", err)
-				return
-			}
-			done("Marked wrong — noted")
 		}, c.u.Win)
+		d.Resize(fyne.NewSize(520, 260))
+		d.Show()
 	})
 	up.Importance, down.Importance = widget.LowImportance, widget.LowImportance
 	box.Add(up)
 	box.Add(down)
 	return box
+}
+
+// undoCorrection takes back the last correction the chat learnt.
+func (c *chatScreen) undoCorrection() {
+	s := c.session
+	if s == nil {
+		return
+	}
+	c.undo.Disable()
+	go func() {
+		ev, err := s.UndoFeedback(c.u.ctx)
+		c.u.do(func() {
+			if err != nil {
+				c.u.showError("Nothing was undone", err)
+				return
+			}
+			c.status.SetText(fmt.Sprintf("Back to feedback version %d: the correction is no longer in the model.", ev.VersionAfter))
+			if s.FeedbackVersion() > 0 {
+				c.undo.Enable()
+			}
+			c.showKV(c.lastStats)
+		})
+	}()
+}
+
+// chatFeedbackText is the short verdict under a reply after a thumb.
+func chatFeedbackText(ev app.RoREvent) string {
+	switch ev.Kind {
+	case app.RoRReinforce:
+		return "Marked good"
+	case app.RoRRetrain:
+		return "Correction learnt"
+	case app.RoRRollback:
+		return "Correction noted, not learnt"
+	case app.RoRRecord:
+		return "Marked wrong"
+	}
+	return "Feedback saved"
+}
+
+// chatFeedbackDetail says what a thumb did, in a sentence.
+func chatFeedbackDetail(ev app.RoREvent) string {
+	switch ev.Kind {
+	case app.RoRReinforce:
+		return "Kept as a confirmed example; no weights changed."
+	case app.RoRRetrain:
+		text := fmt.Sprintf("Learnt the correction in %d step(s), %.0f ms", ev.Steps, ev.MS)
+		if ev.AnchorBefore == ev.AnchorBefore { // not NaN: there were confirmed replies to check
+			text += fmt.Sprintf("; replies you marked good still score %.0f%% (was %.0f%%)", 100*ev.AnchorAfter, 100*ev.AnchorBefore)
+		}
+		return text + ". Undo takes it back."
+	case app.RoRRollback:
+		return fmt.Sprintf("Learning this would have hurt replies you marked good (%.0f%% → %.0f%%), so the model is unchanged.", 100*ev.AnchorBefore, 100*ev.AnchorAfter)
+	case app.RoRRecord:
+		return "Noted: replies this sure are trusted less now, and this one is flagged for checking."
+	}
+	return ""
 }
 
 // messageBubble shows the user's turn on a tinted background, so the two sides of

@@ -139,16 +139,37 @@ func TestChatScreenStreamsAndStoresFeedback(t *testing.T) {
 	var entry *widget.Entry
 	var save *widget.Button
 	eventually(t, u, "the correction dialog", func() bool {
-		entry, save = findEntryAndButton(u.Win.Canvas().Overlays().Top(), "Save")
+		entry, save = findEntryAndButton(u.Win.Canvas().Overlays().Top(), "Send")
 		return entry != nil && save != nil
 	})
 	test.Type(entry, "A hacker enjoys clever programming.")
 	test.Tap(save)
+	// The correction is stored and learnt from (or rolled back), and the
+	// status line says which.
+	eventually(t, u, "the correction to be learnt from", func() bool {
+		return strings.Contains(c.status.Text, "Learnt the correction") || strings.Contains(c.status.Text, "would have hurt")
+	})
 	chats, _ := ws.Store.Chats(context.Background())
 	msgs, _ := ws.Store.Messages(context.Background(), chats[0].ID)
 	fb, _ := ws.Store.Feedback(context.Background(), msgs[len(msgs)-1].ID)
 	if len(fb) != 1 || fb[0].Thumb != -1 || fb[0].Correction != "A hacker enjoys clever programming." {
 		t.Errorf("feedback in the store: %+v", fb)
+	}
+	if strings.Contains(c.status.Text, "Learnt") == c.undo.Disabled() {
+		t.Errorf("undo enabled %v after %q", !c.undo.Disabled(), c.status.Text)
+	}
+	// A 👍 on the next reply: the KV meter prices what the chat learnt as
+	// prompt tokens.
+	n := len(c.list.Objects)
+	test.Type(c.input, "Tell me more.")
+	locked(u, func() { test.Tap(c.send) })
+	eventually(t, u, "the second reply", func() bool { return !c.busy && len(c.list.Objects) == n+2 && c.kv.Value > 0 })
+	reply = c.list.Objects[n+1].(*fyne.Container)
+	thumbs = reply.Objects[2].(*fyne.Container).Objects[1].(*fyne.Container).Objects[0].(*fyne.Container)
+	locked(u, func() { test.Tap(thumbs.Objects[0].(*widget.Button)) }) // 👍
+	eventually(t, u, "the meter to count what was learnt", func() bool { return strings.Contains(c.kv.TextFormatter(), "learnt") })
+	if !strings.Contains(c.kv.TextFormatter(), "to every turn") {
+		t.Errorf("KV meter says %q", c.kv.TextFormatter())
 	}
 }
 
