@@ -37,9 +37,9 @@ type chatScreen struct {
 	undo   *widget.Button // takes back the last correction the chat learnt
 
 	session   *app.ChatSession
-	lastStats app.ReplyStats // the last reply's, for the KV meter
-	adapters map[string]string // adapter picker label -> folder
-	busy     bool
+	lastStats app.ReplyStats    // the last reply's, for the KV meter
+	adapters  map[string]string // adapter picker label -> folder
+	busy      bool
 }
 
 func newChatScreen(u *UI) *chatScreen {
