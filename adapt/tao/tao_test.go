@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inloop/inloop/training/decide"
 	"github.com/inloop/inloop/training/trainer"
 )
 
@@ -193,5 +194,49 @@ func TestDemoRound(t *testing.T) {
 		if !res.Kept {
 			t.Errorf("%s: %s", c.name, res.Reason)
 		}
+	}
+}
+
+// TestDemoJudgeRound is the loop as a person would run it, behind the same
+// flag: a judge trained on a thumbs history (attributed answers up, the others
+// down) is the reward, with the checks; after one round the held-out answers
+// follow the format people rated up more often, measured with the exact
+// format check the judge never saw.
+func TestDemoJudgeRound(t *testing.T) {
+	if os.Getenv("INLOOP_TAO_DEMO") == "" {
+		t.Skip("set INLOOP_TAO_DEMO=1 for the long round on the demo model")
+	}
+	ctx := context.Background()
+	m, rep, tok := demo(t)
+	dm, jres, err := TrainJudge(ctx, m, tok, ratedHistory(48), decide.Options{HeadOnly: true, Epochs: 6, MaxSeqLength: 128, Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	judge, err := NewJudge(dm, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reward := NewCombined(judge, nil, Checks{})
+	f, _ := NewFormat(attribution)
+	opts := Options{Seed: 1}
+	_, heldout, _ := split(demoPrompts(), DefaultHeldout, opts.Seed)
+	formatRate := func() float64 {
+		o := opts.withDefaults()
+		s, _, err := evaluate(ctx, m, newGenerator(rep, o.MaxTokens), heldout, f, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mean2(s)
+	}
+	before := formatRate()
+	res, err := Round(ctx, m, rep, demoPrompts(), reward, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := formatRate()
+	t.Logf("judge (%d steps on %d ratings): reward %s; held-out reward %.3f -> %.3f (±%.3f), kept %v; attribution rate %.3f -> %.3f; %d trained of %d prompts",
+		jres.Steps, jres.TrainRows+jres.Heldout, reward.Name(), res.Check.Before, res.Check.After, res.Check.StdErr, res.Kept, before, after, res.Trained, res.TrainPrompts)
+	if !res.Kept || !(after > before) {
+		t.Errorf("%s; format rate %.3f -> %.3f", res.Reason, before, after)
 	}
 }
