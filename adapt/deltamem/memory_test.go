@@ -340,3 +340,43 @@ func TestSaveLoad(t *testing.T) {
 		t.Fatalf("loading for another hidden size: %v, want ErrMismatch", err)
 	}
 }
+
+// TestDetachRestoresThePlainModel: after a trained memory is detached, the
+// session computes the plain model's logits bit for bit (memory off is the
+// model without a hook).
+func TestDetachRestoresThePlainModel(t *testing.T) {
+	m := tinyModel(t, "llama")
+	ids := seq(20, m.Config().VocabSize, 8)
+	want := sessionLogits(t, m, nil, nil, ids, 12)
+	mem, _ := New(m, Config{}, 1)
+	mem = randomize(t, mem, 0.5, 2)
+	s := inference.NewSession(m)
+	if err := mem.Attach(m, s.Cache(), mem.NewState()); err != nil {
+		t.Fatal(err)
+	}
+	on, _, err := s.Prefill(ids[:12])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(logitsOf(t, on), want[0]) {
+		t.Fatal("an attached memory with random corrections changed nothing")
+	}
+	Detach(s.Cache())
+	s.Reset()
+	lg, _, err := s.Prefill(ids[:12])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][]float32{logitsOf(t, lg)}
+	for _, id := range ids[12:] {
+		if lg, err = s.Append([]int{id}); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, logitsOf(t, lg))
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("position %d: detached session differs from the plain model (max diff %g)", i, maxDiff(got[i], want[i]))
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,8 +28,12 @@ var (
 	recallFlag  = flag.Bool("recall", false, "train a memory on the demo model and measure recall (slow)")
 	recallSteps = flag.Int("recall-steps", DefaultSteps, "training steps of the recall experiment")
 	recallRank  = flag.Int("recall-rank", DefaultRank, "rank of the memory in the recall experiment")
-	recallEval  = flag.Int("recall-eval", 300, "held-out episodes scored")
+	recallEval  = flag.Int("recall-eval", 200, "held-out episodes scored")
 	recallSave  = flag.String("recall-save", "", "keep the trained memory in this file")
+	recallLoad  = flag.String("recall-load", "", "measure this trained memory instead of training one")
+	recallTask  = flag.String("recall-task", "", "fact,filler,cue,answer lengths of the task; empty: DefaultTask")
+	recallLR    = flag.Float64("recall-lr", DefaultLearningRate, "learning rate of the recall experiment")
+	recallFill  = flag.String("recall-fillers", "16,64", "filler lengths (tokens between the window's reset and the cue) to measure")
 )
 
 // ticketDocs are the sample support tickets as documents: subject and body
@@ -88,41 +93,71 @@ func TestRecallDemo(t *testing.T) {
 	split := len(docs) * 3 / 4
 	train, held := docs[:split], docs[split:]
 	task := DefaultTask
+	if *recallTask != "" {
+		if _, err := fmt.Sscanf(*recallTask, "%d,%d,%d,%d", &task.Fact, &task.Filler, &task.Cue, &task.Answer); err != nil {
+			t.Fatalf("-recall-task %q: %v", *recallTask, err)
+		}
+	}
 	evalEps, err := task.Episodes(held, *recallEval, 99)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	mem, res, err := Train(ctx, m, nil, train, TrainOptions{Task: task, Steps: *recallSteps, Seed: 1, Config: Config{Rank: *recallRank}},
-		func(ev trainer.Event) {
-			if ev.Kind == trainer.EventTrain && (ev.Step%25 == 0 || ev.Step == 1) {
-				t.Logf("step %d/%d loss %.3f (%s)", ev.Step, ev.Iters, ev.Loss, ev.Elapsed.Round(1e9))
-			}
-		})
-	if err != nil {
-		t.Fatal(err)
+	var mem *Memory
+	if *recallLoad != "" {
+		if mem, err = Load(*recallLoad, m); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var res TrainResult
+		mem, res, err = Train(ctx, m, nil, train, TrainOptions{Task: task, Steps: *recallSteps, Seed: 1, LearningRate: *recallLR, Config: Config{Rank: *recallRank}},
+			func(ev trainer.Event) {
+				if ev.Kind == trainer.EventTrain && (ev.Step%25 == 0 || ev.Step == 1) {
+					t.Logf("step %d/%d loss %.3f (%s)", ev.Step, ev.Iters, ev.Loss, ev.Elapsed.Round(1e9))
+				}
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stepMS float64
+		for _, s := range res.Steps {
+			stepMS += s.MS
+		}
+		t.Logf("memory: %d parameters (%.2f%% of the model), %d steps, %.0f ms per step", res.Params, 100*res.Fraction, len(res.Steps), stepMS/float64(len(res.Steps)))
 	}
-	var stepMS float64
-	for _, s := range res.Steps {
-		stepMS += s.MS
+	logRecall := func(name string, r Recall) {
+		t.Logf("%s: without %.3f (nll %.3f) | with %.3f (nll %.3f) | control (another passage read) %.3f (nll %.3f) | in window %.3f (nll %.3f) | in window + memory %.3f (nll %.3f)",
+			name, r.Without.Accuracy, r.Without.NLL, r.With.Accuracy, r.With.NLL, r.Control.Accuracy, r.Control.NLL,
+			r.InWindow.Accuracy, r.InWindow.NLL, r.InWindowWith.Accuracy, r.InWindowWith.NLL)
 	}
-	t.Logf("memory: %d parameters (%.2f%% of the model), %d steps, %.0f ms per step", res.Params, 100*res.Fraction, len(res.Steps), stepMS/float64(len(res.Steps)))
 	rec, err := Evaluate(ctx, m, mem, evalEps)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("task %+v, %d held-out episodes (%d answer tokens)", task, len(evalEps), rec.With.Tokens)
+	logRecall("held-out documents", rec)
 	trainEps, _ := task.Episodes(train, *recallEval, 98)
 	recTrain, err := Evaluate(ctx, m, mem, trainEps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("task %+v, %d held-out episodes (%d answer tokens)", task, len(evalEps), rec.With.Tokens)
-	for _, r := range []struct {
-		name string
-		r    Recall
-	}{{"held-out documents", rec}, {"trained-on documents", recTrain}} {
-		t.Logf("%s: without %.3f (nll %.3f) | with %.3f (nll %.3f) | control (another passage read) %.3f (nll %.3f) | in window %.3f (nll %.3f)",
-			r.name, r.r.Without.Accuracy, r.r.Without.NLL, r.r.With.Accuracy, r.r.With.NLL, r.r.Control.Accuracy, r.r.Control.NLL, r.r.InWindow.Accuracy, r.r.InWindow.NLL)
+	logRecall("trained-on documents", recTrain)
+	for _, f := range strings.Split(*recallFill, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n == task.Filler {
+			continue
+		}
+		longer := task
+		longer.Filler = n
+		eps, err := longer.Episodes(held, *recallEval, 97)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Evaluate(ctx, m, mem, eps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logRecall(fmt.Sprintf("held-out, filler %d", n), r)
 	}
 	if *recallSave != "" {
 		if err := mem.Save(*recallSave); err != nil {
