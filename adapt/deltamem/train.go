@@ -39,8 +39,8 @@ type TrainOptions struct {
 	// which every passage gives — before it learns to recall, and then does
 	// not (measured on the demo model: see the note); one that first recalls
 	// from short passages keeps recalling as they grow.
-	Grow int
-	Config       Config // of a new memory (Train's mem is nil)
+	Grow   int
+	Config Config // of a new memory (Train's mem is nil)
 }
 
 func (o TrainOptions) withDefaults() TrainOptions {
