@@ -168,6 +168,21 @@ func (w *Workspace) loadBackbone(ctx context.Context, name string) (*inference.M
 	return m, tok, info, nil
 }
 
+// forkBackbone is a fork of the workspace's shared copy of a registered model
+// (its weights loaded once for every chat and decision model), with its
+// tokenizer: what a loaded decision model runs on.
+func (w *Workspace) forkBackbone(ctx context.Context, name string) (*inference.Model, *tokenizer.Tokenizer, error) {
+	m, info, err := w.SharedModel(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := tokenizer.Load(info.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Fork(), tok, nil
+}
+
 // StartDecideTrain starts training a decision model and records it as a run
 // of kind decide, with the task in the store.
 func (w *Workspace) StartDecideTrain(ctx context.Context, spec DecideSpec) (*Job, error) {
@@ -358,7 +373,7 @@ func (w *Workspace) LoadDecisionModel(ctx context.Context, dir, model string) (*
 			return nil, fmt.Errorf("%s does not name the model it was trained on; give one", dir)
 		}
 	}
-	base, tok, _, err := w.loadBackbone(ctx, model)
+	base, tok, err := w.forkBackbone(ctx, model)
 	if err != nil {
 		return nil, err
 	}

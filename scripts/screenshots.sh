@@ -31,6 +31,8 @@ awk 'BEGIN{RS=""} {gsub(/["\\]/,""); gsub(/[ \t\n]+/," "); if (length($0) > 80) 
 # A finished run for the history.
 "$work/inloop" train --model demo --data "$work/licenses.jsonl" --iters 40 --batch-size 2 --max-seq-length 128 \
   --learning-rate 5e-4 --steps-per-report 4 --steps-per-eval 10 >/dev/null
+# A decision model on the sample tickets, for the Decide screen.
+"$work/inloop" decide train --model demo --task tickets --max-train-rows 200 --iters 40 --steps-per-eval 10 >/dev/null
 
 Xvfb :97 -screen 0 1280x800x24 >/dev/null 2>&1 &
 pids+=($!)
@@ -42,7 +44,7 @@ win=$(xdotool search --sync --name '^Inloop$' | head -1)
 sleep 3
 shot() { sleep "${2:-1}"; import -window "$win" "$out/$1.png"; echo "$out/$1.png"; }
 click() { xdotool mousemove --window "$win" "$1" "$2" click 1; sleep 0.4; }
-tab() { case $1 in Chat) click 33 50;; Models) click 33 125;; Data) click 33 210;; Train) click 33 295;; Runs) click 33 375;; esac; }
+tab() { case $1 in Chat) click 33 50;; Models) click 33 125;; Data) click 33 210;; Train) click 33 295;; Decide) click 33 375;; Runs) click 33 460;; esac; }
 typeline() { xdotool type --delay 15 "$1"; xdotool key Return; }
 
 tab Chat
@@ -66,6 +68,14 @@ click 300 100; xdotool key ctrl+a; xdotool type "2000"
 click 300 295; xdotool key ctrl+a; xdotool type "256"
 click 130 335
 shot train 15
+
+tab Decide
+click 280 518; click 200 552   # open the trained decision model
+shot decide-calibration 10
+click 684 22; click 780 100
+xdotool type --delay 5 "Hi, I was charged twice for the March invoice and the app also crashes when I open settings. Please refund the duplicate charge. Thanks, Dana"
+click 526 177
+shot decide-try 60             # the anchor set is scored before thumbs are on
 
 tab Runs
 click 230 70

@@ -72,8 +72,10 @@ type decideScreen struct {
 	verInfo  *widget.Label
 
 	job  *app.Job
-	sess *app.DecisionSession
-	last []app.Decision // the answers on show, for their thumbs
+	dir  string               // the decision model on show
+	dm   *app.DecisionModel   // it, loaded: calibration, and answers until sess is ready
+	sess *app.DecisionSession // it with reinforce-or-retrain: answers that take thumbs
+	last []app.Decision       // the answers on show, for their thumbs
 }
 
 const sampleTaskLabel = "Support tickets (sample)"
@@ -87,8 +89,8 @@ func newDecideScreen(u *UI) *decideScreen {
 	s.task = widget.NewSelect(nil, func(string) { s.showTask() })
 	s.taskInfo = widget.NewLabel("")
 	s.taskInfo.Wrapping = fyne.TextWrapWord
-	newTask := widget.NewButtonWithIcon("New…", theme.ContentAddIcon(), s.defineTask)
-	importTask := widget.NewButtonWithIcon("Import…", theme.FolderOpenIcon(), func() {
+	newTask := widget.NewButtonWithIcon("New task…", theme.ContentAddIcon(), s.defineTask)
+	importTask := widget.NewButtonWithIcon("Import a task file…", theme.FolderOpenIcon(), func() {
 		dialog.ShowFileOpen(func(r fyne.URIReadCloser, err error) {
 			if err != nil || r == nil {
 				return
@@ -121,7 +123,8 @@ func newDecideScreen(u *UI) *decideScreen {
 	s.headOnly = widget.NewCheck("Train the head only (no LoRA)", nil)
 	form := widget.NewForm(
 		widget.NewFormItem("Model", s.model),
-		widget.NewFormItem("Task", container.NewBorder(nil, nil, nil, container.NewHBox(newTask, importTask), s.task)),
+		widget.NewFormItem("Task", s.task),
+		widget.NewFormItem("", container.NewHBox(newTask, importTask)),
 		widget.NewFormItem("", s.taskInfo),
 		widget.NewFormItem("Rows", container.NewBorder(nil, nil, nil, browse, s.rows)),
 		widget.NewFormItem("", s.rowsInfo),
@@ -153,7 +156,7 @@ func newDecideScreen(u *UI) *decideScreen {
 		container.NewTabItem("Try it", s.buildTry()),
 	)
 	split := container.NewHSplit(container.NewVScroll(left), s.results)
-	split.Offset = 0.36
+	split.Offset = 0.4
 	s.content = split
 	s.refresh()
 	return s
@@ -191,7 +194,9 @@ func (s *decideScreen) buildCalibration() fyne.CanvasObject {
 		widget.NewLabelWithStyle("Escalate below a confidence of", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}),
 		container.NewBorder(nil, nil, nil, s.useThresh, s.slider), s.sliderInfo, s.coverage)
 	top := container.NewVBox(container.NewBorder(nil, nil, widget.NewLabel("Question"), nil, s.question), s.calInfo)
-	return container.NewBorder(top, bottom, nil, nil, s.reliability)
+	split := container.NewVSplit(s.reliability, container.NewVScroll(bottom))
+	split.Offset = 0.55
+	return container.NewBorder(top, nil, nil, nil, split)
 }
 
 func (s *decideScreen) buildTry() fyne.CanvasObject {
@@ -246,6 +251,10 @@ func (s *decideScreen) refresh() {
 		l := fmt.Sprintf("%s on %s · %s", m.Name, m.Model, m.Created.Format("Jan 2 15:04"))
 		s.dirs[l] = m.Adapter
 		opts = append(opts, l)
+	}
+	s.trained.PlaceHolder = "(none trained yet)"
+	if len(opts) > 0 {
+		s.trained.PlaceHolder = fmt.Sprintf("Pick one of %d…", len(opts))
 	}
 	s.trained.SetOptions(opts)
 }
@@ -483,42 +492,67 @@ func (s *decideScreen) finished(job *app.Job, err error) {
 	}
 }
 
-// open loads the decision model in dir with reinforce-or-retrain over it, and
-// shows its calibration.
+// open shows the decision model in dir: its calibration as soon as it is
+// loaded, then, once reinforce-or-retrain has scored its anchor set, answers
+// that take thumbs.
 func (s *decideScreen) open(dir string) {
+	s.dir, s.dm, s.sess, s.last = dir, nil, nil, nil
 	s.calInfo.SetText("Loading " + dir + "…")
+	s.reliability.Clear()
+	s.coverage.RemoveAll()
+	s.answers.RemoveAll()
+	s.feedback.SetText("")
 	s.decide.Disable()
+	s.results.SelectIndex(1)
 	go func() {
-		sess, err := s.u.ws.OpenDecisionSession(s.u.ctx, dir, app.RoROptions{})
+		dm, err := s.u.ws.LoadDecisionModel(s.u.ctx, dir, "")
 		s.u.do(func() {
+			if s.dir != dir {
+				return
+			}
 			if err != nil {
 				s.calInfo.SetText("")
 				s.u.showError("The decision model did not open", err)
 				return
 			}
-			s.sess = sess
-			s.last = nil
-			s.answers.RemoveAll()
-			s.feedback.SetText("")
+			s.dm = dm
 			var qs []string
-			for _, q := range sess.Model.Task.Questions {
+			for _, q := range dm.Task.Questions {
 				qs = append(qs, q.Name)
 			}
 			s.question.SetOptions(qs)
 			s.question.SetSelected(qs[0]) // shows the calibration
 			s.decide.Enable()
+			s.feedback.SetText("Preparing feedback: scoring the held-out answers each correction is checked against…")
+		})
+		if err != nil {
+			return
+		}
+		sess, err := s.u.ws.OpenDecisionSession(s.u.ctx, dir, app.RoROptions{})
+		s.u.do(func() {
+			if s.dir != dir {
+				return
+			}
+			if err != nil {
+				s.feedback.SetText("Answers cannot take feedback: " + app.UserMessage(err) + ".")
+				return
+			}
+			s.sess = sess
+			s.feedback.SetText("")
 			s.showVersions()
-			s.results.SelectIndex(1)
+			if s.last != nil {
+				s.showAnswers(strings.TrimSpace(s.state.Text), s.last)
+			}
 		})
 	}()
 }
 
 // showCalibration draws the chosen question's reliability diagram and coverage.
 func (s *decideScreen) showCalibration() {
-	if s.sess == nil {
+	if s.dm == nil {
 		return
 	}
-	c := s.sess.Model.Calibration.Questions[s.question.Selected]
+	c := s.dm.Calibration.Questions[s.question.Selected]
 	if c == nil {
 		s.calInfo.SetText("This question had no held-out rows to calibrate on.")
 		return
@@ -551,7 +585,11 @@ func (s *decideScreen) showCalibration() {
 		}
 		s.coverage.Add(widget.NewLabel(fmt.Sprintf("%.2f", t)))
 		s.coverage.Add(widget.NewLabel(fmt.Sprintf("%.1f%%", 100*p.Coverage)))
-		s.coverage.Add(widget.NewLabel(fmt.Sprintf("%.1f%% of %d", 100*p.Accuracy, p.N)))
+		right := "—"
+		if p.N > 0 {
+			right = fmt.Sprintf("%.1f%% of %d", 100*p.Accuracy, p.N)
+		}
+		s.coverage.Add(widget.NewLabel(right))
 	}
 	s.slider.SetValue(c.Threshold)
 	s.showThreshold()
@@ -574,10 +612,10 @@ func coverageAt(points []app.CoveragePoint, t float64) (app.CoveragePoint, bool)
 
 // showThreshold says what the slider's threshold would do.
 func (s *decideScreen) showThreshold() {
-	if s.sess == nil {
+	if s.dm == nil {
 		return
 	}
-	c := s.sess.Model.Calibration.Questions[s.question.Selected]
+	c := s.dm.Calibration.Questions[s.question.Selected]
 	if c == nil {
 		return
 	}
@@ -596,11 +634,17 @@ func (s *decideScreen) showThreshold() {
 }
 
 func (s *decideScreen) saveThreshold() {
-	if s.sess == nil {
+	if s.dm == nil {
 		return
 	}
 	q, t := s.question.Selected, s.slider.Value
-	if err := s.sess.SetThreshold(q, t); err != nil {
+	err := s.dm.SetThreshold(q, t)
+	if err == nil && s.sess != nil {
+		err = s.sess.SetThreshold(q, t)
+	} else if err == nil {
+		err = s.u.ws.SetDecisionThreshold(s.u.ctx, s.dir, q, t)
+	}
+	if err != nil {
 		s.u.showError("The threshold was not saved", err)
 		return
 	}
@@ -610,13 +654,26 @@ func (s *decideScreen) saveThreshold() {
 // runDecide answers the try-it box.
 func (s *decideScreen) runDecide() {
 	state := strings.TrimSpace(s.state.Text)
-	if s.sess == nil || state == "" {
+	if s.dm == nil || state == "" {
 		return
 	}
 	s.decide.Disable()
-	sess := s.sess
+	sess, dm := s.sess, s.dm
 	go func() {
-		ds, err := sess.Decide(s.u.ctx, state)
+		var ds []app.Decision
+		var err error
+		if sess != nil {
+			ds, err = sess.Decide(s.u.ctx, state)
+		} else {
+			var out [][]app.Decision
+			var cut []bool
+			if out, cut, err = dm.Decide(s.u.ctx, []string{state}); err == nil {
+				ds = out[0]
+				if cut[0] {
+					err = fmt.Errorf("the text is longer than the model reads: its end was cut")
+				}
+			}
+		}
 		s.u.do(func() {
 			s.decide.Enable()
 			if err != nil && ds == nil {
@@ -638,6 +695,9 @@ func (s *decideScreen) showAnswers(state string, ds []app.Decision) {
 	s.answers.RemoveAll()
 	for _, d := range ds {
 		head := fmt.Sprintf("%s: %s · %.0f%% confident", d.Question, d.Choice, 100*d.Confidence)
+		if p := d.Probs[d.Choice]; math.Abs(p-d.Confidence) >= 0.005 {
+			head += fmt.Sprintf(" after your feedback (the model says %.0f%%)", 100*p)
+		}
 		if d.Escalate {
 			head += " · below the threshold: ask a person"
 		} else {
@@ -666,6 +726,10 @@ func (s *decideScreen) showAnswers(state string, ds []app.Decision) {
 			s.thumb(func() (app.RoREvent, error) { return s.sess.ThumbUp(s.u.ctx, state, d.Question, d.Choice) }, state)
 		})
 		wrong := widget.NewButtonWithIcon("Wrong…", theme.CancelIcon(), func() { s.askCorrection(state, d) })
+		if s.sess == nil {
+			right.Disable()
+			wrong.Disable()
+		}
 		s.answers.Add(container.NewVBox(title, bars, container.NewHBox(right, wrong), widget.NewSeparator()))
 	}
 }
@@ -759,7 +823,7 @@ func (s *decideScreen) showVersions() {
 		}
 		s.changeVersion(func() (app.RoREvent, error) { return s.sess.RestoreVersion(s.u.ctx, v) })
 	}
-	s.verInfo.SetText(fmt.Sprintf("Anchor accuracy %.1f%%", 100*s.sess.AnchorAccuracy()))
+	s.verInfo.SetText(fmt.Sprintf("Held-out accuracy %.1f%%", 100*s.sess.AnchorAccuracy()))
 	if len(vs) > 1 && cur != vs[0] {
 		s.undo.Enable()
 	} else {

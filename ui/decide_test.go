@@ -89,7 +89,7 @@ func TestDecideScreenTrainCalibrateTryAndCorrect(t *testing.T) {
 	var cal struct {
 		Questions map[string]struct{ Threshold float64 } `json:"questions"`
 	}
-	raw, err := os.ReadFile(filepath.Join(s.sess.Dir, "calibration.json"))
+	raw, err := os.ReadFile(filepath.Join(s.dir, "calibration.json"))
 	if err != nil || json.Unmarshal(raw, &cal) != nil || cal.Questions["color"].Threshold != 0.8 {
 		t.Errorf("saved threshold: %+v, %v", cal.Questions["color"], err)
 	}
