@@ -35,6 +35,7 @@ type chatScreen struct {
 	kv     *widget.ProgressBar
 	status *widget.Label
 	undo   *widget.Button // takes back the last correction the chat learnt
+	learnt *widget.Label  // what the chat learnt, priced as prompt tokens
 
 	session   *app.ChatSession
 	lastStats app.ReplyStats    // the last reply's, for the KV meter
@@ -69,6 +70,9 @@ func newChatScreen(u *UI) *chatScreen {
 	c.kv.TextFormatter = func() string { return "KV cache: empty" }
 	c.status = widget.NewLabel("")
 	c.status.Wrapping = fyne.TextWrapWord
+	c.learnt = widget.NewLabel("")
+	c.learnt.Wrapping = fyne.TextWrapWord
+	c.learnt.Hide()
 	c.undo = widget.NewButtonWithIcon("Undo last correction", theme.ContentUndoIcon(), c.undoCorrection)
 	c.undo.Disable()
 
@@ -85,7 +89,7 @@ func newChatScreen(u *UI) *chatScreen {
 			container.NewBorder(nil, nil, widget.NewLabel("Model"), nil, c.model),
 			container.NewBorder(nil, nil, widget.NewLabel("Adapter"), nil, c.adapter))),
 		settings)
-	bottom := container.NewVBox(c.status,
+	bottom := container.NewVBox(c.status, c.learnt,
 		container.NewBorder(nil, nil, widget.NewLabel("Memory this chat holds"), c.undo, c.kv),
 		container.NewBorder(nil, nil, nil, c.send, c.input))
 	c.content = container.NewBorder(top, bottom, nil, nil, c.scroll)
@@ -154,6 +158,7 @@ func (c *chatScreen) newChat() {
 	}
 	c.session = s
 	c.undo.Disable()
+	c.learnt.Hide()
 	c.list.Add(widget.NewLabelWithStyle("New chat with "+s.Info.Name+". Replies are generated on this machine; nothing leaves it.", fyne.TextAlignCenter, fyne.TextStyle{Italic: true}))
 	if len(c.model.Options) == 1 && s.Info.Name == "demo" {
 		get := widget.NewButtonWithIcon("Get "+RecommendedRepo+" ("+RecommendedSize+")", theme.DownloadIcon(), func() {
@@ -253,18 +258,26 @@ func (c *chatScreen) showKV(st app.ReplyStats) {
 		c.kv.Max = float64(max(tokens, 1))
 	}
 	c.kv.SetValue(float64(tokens))
-	n, learntTokens, learntBytes := c.session.Learnt()
 	c.kv.TextFormatter = func() string {
-		text := fmt.Sprintf("KV cache %s · %d tokens", bytesText(st.KVBytes), tokens)
 		if limit > 0 {
-			text = fmt.Sprintf("KV cache %s · %d of %d tokens", bytesText(st.KVBytes), tokens, limit)
+			return fmt.Sprintf("KV cache %s · %d of %d tokens", bytesText(st.KVBytes), tokens, limit)
 		}
-		if n > 0 {
-			text += fmt.Sprintf(" · learnt %d example(s) that in the prompt would add %d tokens (%s) to every turn", n, learntTokens, bytesText(learntBytes))
-		}
-		return text
+		return fmt.Sprintf("KV cache %s · %d tokens", bytesText(st.KVBytes), tokens)
 	}
 	c.kv.Refresh()
+	// What the chat learnt from thumbs, against what it would cost to show
+	// the model the same examples in the prompt instead.
+	if n, learntTokens, learntBytes := c.session.Learnt(); n > 0 {
+		what := fmt.Sprintf("%d rated replies", n)
+		if n == 1 {
+			what = "1 rated reply"
+		}
+		c.learnt.SetText(fmt.Sprintf("Learnt from %s, in the weights. As worked examples in the prompt they would take %d more tokens and %s more KV cache, on every turn.",
+			what, learntTokens, bytesText(learntBytes)))
+		c.learnt.Show()
+	} else {
+		c.learnt.Hide()
+	}
 }
 
 // thumbButtons take 👍 or 👎 (with an optional correction) on a reply: stored,
