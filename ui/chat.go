@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -38,8 +40,9 @@ type chatScreen struct {
 	learnt *widget.Label  // what the chat learnt, priced as prompt tokens
 
 	session   *app.ChatSession
-	lastStats app.ReplyStats    // the last reply's, for the KV meter
-	adapters  map[string]string // adapter picker label -> folder
+	stop      context.CancelFunc // stops the reply in progress (and its test-time training)
+	lastStats app.ReplyStats     // the last reply's, for the KV meter
+	adapters  map[string]string  // adapter picker label -> folder
 	busy      bool
 }
 
@@ -64,7 +67,15 @@ func newChatScreen(u *UI) *chatScreen {
 	c.scroll = container.NewVScroll(c.list)
 	c.input = newSubmitEntry(c.submit)
 	c.input.SetPlaceHolder("Ask something — Enter sends, Shift+Enter starts a new line")
-	c.send = widget.NewButtonWithIcon("Send", theme.MailSendIcon(), c.submit)
+	c.send = widget.NewButtonWithIcon("Send", theme.MailSendIcon(), func() {
+		if c.busy {
+			if c.stop != nil {
+				c.stop()
+			}
+			return
+		}
+		c.submit()
+	})
 	c.send.Importance = widget.HighImportance
 	c.kv = widget.NewProgressBar()
 	c.kv.TextFormatter = func() string { return "KV cache: empty" }
@@ -193,9 +204,12 @@ func (c *chatScreen) submit() {
 	c.scroll.ScrollToBottom()
 	c.setBusy(true)
 	s := c.session
+	ctx, stop := context.WithCancel(c.u.ctx)
+	c.stop = stop
 	go func() {
+		defer stop()
 		first := true
-		turn, err := s.Send(c.u.ctx, text, func(piece string) {
+		turn, err := s.Send(ctx, text, func(piece string) {
 			c.u.do(func() {
 				if first {
 					reply.SetText("")
@@ -235,14 +249,19 @@ func (c *chatScreen) submit() {
 	}()
 }
 
+// setBusy turns Send into Stop while a reply is being written, and locks the
+// pickers.
 func (c *chatScreen) setBusy(b bool) {
 	c.busy = b
 	if b {
-		c.send.Disable()
+		c.send.SetText("Stop")
+		c.send.SetIcon(theme.MediaStopIcon())
 		c.model.Disable()
 		c.adapter.Disable()
 	} else {
-		c.send.Enable()
+		c.send.SetText("Send")
+		c.send.SetIcon(theme.MailSendIcon())
+		c.stop = nil
 		c.model.Enable()
 		c.adapter.Enable()
 	}
@@ -285,12 +304,20 @@ func (c *chatScreen) showKV(st app.ReplyStats) {
 func (c *chatScreen) thumbButtons(s *app.ChatSession, messageID int64) fyne.CanvasObject {
 	box := container.NewHBox()
 	send := func(thumb int, correction string) {
+		ctx, stop := context.WithCancel(c.u.ctx)
 		box.RemoveAll()
 		box.Add(widget.NewLabel("Learning…"))
+		box.Add(widget.NewButtonWithIcon("Stop", theme.MediaStopIcon(), stop))
 		go func() {
-			ev, err := s.Feedback(c.u.ctx, messageID, thumb, correction)
+			defer stop()
+			ev, err := s.Feedback(ctx, messageID, thumb, correction)
 			c.u.do(func() {
 				box.RemoveAll()
+				if errors.Is(err, context.Canceled) {
+					box.Add(widget.NewLabel("Stopped"))
+					c.status.SetText("Stopped: the feedback is saved, and the model is as it was.")
+					return
+				}
 				if err != nil {
 					box.Add(widget.NewLabel("Feedback saved"))
 					c.status.SetText(capitalize(app.UserMessage(err)) + ".")

@@ -258,3 +258,30 @@ func locked(u *UI, fn func()) {
 	defer u.mu.Unlock()
 	fn()
 }
+
+// While a reply is written Send is Stop, and stopping ends the turn.
+func TestChatStopEndsTheReply(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	c := u.chat
+	locked(u, func() {
+		c.maxTokens.SetText("400")
+		c.newChat()
+	})
+	test.Type(c.input, "Tell me a long story about hackers.")
+	locked(u, func() {
+		test.Tap(c.send)
+		if c.send.Text != "Stop" {
+			t.Errorf("while busy the button says %q", c.send.Text)
+		}
+		test.Tap(c.send) // stop at once
+	})
+	eventually(t, u, "the turn to end", func() bool { return !c.busy })
+	if c.send.Text != "Send" {
+		t.Errorf("after the turn the button says %q", c.send.Text)
+	}
+	reply := c.list.Objects[len(c.list.Objects)-1].(*fyne.Container)
+	stats := reply.Objects[2].(*fyne.Container).Objects[0].(*widget.Label).Text
+	if !strings.HasSuffix(stats, "· stopped") {
+		t.Errorf("a stopped turn: stats %q, status %q", stats, c.status.Text)
+	}
+}
