@@ -170,7 +170,7 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 		}
 	}
 	store := c.w.Store
-	if _, err := store.AddMessage(ctx, storeMessage(c.ID, "user", text, 0, nil)); err != nil {
+	if _, err := store.AddMessage(context.WithoutCancel(ctx), storeMessage(c.ID, "user", text, 0, nil)); err != nil {
 		return turn, err
 	}
 	if turn.Dropped > 0 && !c.told {
