@@ -1,8 +1,6 @@
 package inference
 
 import (
-	"math"
-
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
@@ -109,14 +107,13 @@ func (m *SwiGLU) Forward(x *mx.Array) *mx.Array {
 	return m.Down.Forward(mx.Mul(mx.Silu(m.Gate.Forward(x)), m.Up.Forward(x)))
 }
 
-// Rope is rotary position embedding in Hugging Face's rotate-half layout. Plain and
-// linearly scaled RoPE use the backend's fused kernel; llama3's per-frequency scaling
-// is composed from a cos/sin table.
+// Rope is rotary position embedding in Hugging Face's rotate-half layout, on the
+// backend's fused kernel; llama3's per-frequency scaling hands it its periods.
 type Rope struct {
-	dims    int
-	base    float32
-	scale   float32
-	invFreq []float64 // non-nil: explicit frequencies (llama3 scaling)
+	dims   int
+	base   float32
+	scale  float32
+	llama3 *llama3Freqs // non-nil: llama3 rope_scaling's periods (rope.go)
 }
 
 func newRope(cfg *Config) Rope {
@@ -126,7 +123,7 @@ func newRope(cfg *Config) Rope {
 		case "linear":
 			r.scale = float32(1 / s.Factor)
 		case "llama3":
-			r.invFreq = cfg.RopeFrequencies()
+			r.llama3 = newLlama3Freqs(cfg)
 		}
 	}
 	return r
@@ -134,26 +131,11 @@ func newRope(cfg *Config) Rope {
 
 // Apply rotates x (B, H, L, D) whose rows sit at positions offset, offset+1, ...
 func (r *Rope) Apply(x *mx.Array, offset int) *mx.Array {
-	if r.invFreq == nil {
-		return mx.RoPE(x, mx.RoPEOptions{Dims: r.dims, Base: r.base, Scale: r.scale, Offset: offset})
+	o := mx.RoPEOptions{Dims: r.dims, Base: r.base, Scale: r.scale, Offset: offset}
+	if r.llama3 != nil {
+		o.Base, o.Freqs = 0, r.llama3.on(x.Backend())
 	}
-	if err := x.Err(); err != nil {
-		return x
-	}
-	l, half := x.Dim(-2), r.dims/2
-	cos, sin := make([]float32, l*half), make([]float32, l*half)
-	for p := 0; p < l; p++ {
-		for i, f := range r.invFreq {
-			a := float64(offset+p) * f
-			cos[p*half+i], sin[p*half+i] = float32(math.Cos(a)), float32(math.Sin(a))
-		}
-	}
-	c := mx.FromData(x.Backend(), x.DType(), cos, l, half)
-	s := mx.FromData(x.Backend(), x.DType(), sin, l, half)
-	x1, x2 := mx.SliceAxis(x, -1, 0, half), mx.SliceAxis(x, -1, half, r.dims)
-	y1 := mx.Sub(mx.Mul(x1, c), mx.Mul(x2, s))
-	y2 := mx.Add(mx.Mul(x1, s), mx.Mul(x2, c))
-	return mx.Concatenate([]*mx.Array{y1, y2}, -1)
+	return mx.RoPE(x, o)
 }
 
 // splitHeads turns (B, L, H·D) into (B, H, L, D). A single position needs no

@@ -45,6 +45,13 @@ type RoPEOptions struct {
 	Scale       float32 // positions are multiplied by Scale (1 for none)
 	Offset      int     // position of the first row along axis -2 (the KV-cache length)
 	Inverse     bool    // rotate by the negative angle; the transpose, used for gradients
+	// Freqs, when set, replaces Base: a (Dims/2) float array of periods, pair i
+	// turning by position·Scale/Freqs[i], as MLX's fast.rope takes them (llama3's
+	// rope_scaling). Computed with the model's own backend, they are on MLX the
+	// very numbers mlx-lm hands fast.rope.
+	Freqs *Array
+
+	invFreq []float64 // 1/Freqs, read once by RoPE for backends that compute in Go
 }
 
 // RoPE rotates x (..., L, D): row l is at position Offset+l, feature pair i turns by
@@ -56,13 +63,29 @@ func RoPE(x *Array, o RoPEOptions) *Array {
 	if o.Scale == 0 {
 		o.Scale = 1
 	}
-	if len(x.shape) < 2 || o.Dims <= 0 || o.Dims%2 != 0 || o.Dims > x.shape[len(x.shape)-1] || o.Base <= 0 || o.Offset < 0 {
+	if len(x.shape) < 2 || o.Dims <= 0 || o.Dims%2 != 0 || o.Dims > x.shape[len(x.shape)-1] || (o.Base <= 0 && o.Freqs == nil) || o.Offset < 0 {
 		return Errorf("rope: dims %d base %g offset %d for input %s", o.Dims, o.Base, o.Offset, fmtShape(x.shape))
+	}
+	if f := o.Freqs; f != nil && o.invFreq == nil {
+		if e := checkFloat("rope freqs", f); e != nil {
+			return e
+		}
+		if !sameShape(f.shape, []int{o.Dims / 2}) {
+			return Errorf("rope: freqs %s for %d dims, want (%d)", fmtShape(f.shape), o.Dims, o.Dims/2)
+		}
+		v, err := f.Float32s()
+		if err != nil {
+			return errArray(err)
+		}
+		o.invFreq = make([]float64, len(v))
+		for i, p := range v {
+			o.invFreq[i] = 1 / float64(p)
+		}
 	}
 	var out *Array
 	if r, ok := x.b.(RoPEr); ok {
 		h, err := r.RoPE(x, o)
-		keepAlive(x)
+		keepAlive(x, o.Freqs)
 		out = newArray("rope", x.b, h, err, x.shape, x.dtype)
 	} else {
 		out = ropeComposed(StopGradient(x), o)
@@ -74,7 +97,8 @@ func RoPE(x *Array, o RoPEOptions) *Array {
 	}, x)
 }
 
-// RoPEAngles returns cos and sin tables (L, Dims/2) in float64-accurate float32.
+// RoPEAngles returns cos and sin tables (L, Dims/2) in float64-accurate float32,
+// for options RoPE has checked (it reads Freqs).
 func RoPEAngles(l int, o RoPEOptions) (cos, sin []float32) {
 	half := o.Dims / 2
 	cos, sin = make([]float32, l*half), make([]float32, l*half)
@@ -82,9 +106,13 @@ func RoPEAngles(l int, o RoPEOptions) (cos, sin []float32) {
 	if o.Inverse {
 		sign = -1
 	}
-	freq := make([]float64, half) // Base^(−2i/Dims), once per call rather than per position
+	freq := make([]float64, half) // Base^(−2i/Dims) or 1/Freqs, once per call rather than per position
 	for i := range freq {
-		freq[i] = sign * math.Pow(float64(o.Base), -2*float64(i)/float64(o.Dims))
+		if o.invFreq != nil {
+			freq[i] = sign * o.invFreq[i]
+		} else {
+			freq[i] = sign * math.Pow(float64(o.Base), -2*float64(i)/float64(o.Dims))
+		}
 	}
 	for p := 0; p < l; p++ {
 		pos := float64(o.Offset+p) * float64(o.Scale)

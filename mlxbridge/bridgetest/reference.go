@@ -142,6 +142,17 @@ func (s *suite) reference(t *testing.T) {
 		o := mx.RoPEOptions{Dims: 6, Traditional: trad, Base: 10000, Scale: 0.5, Offset: 5}
 		want = ropeRef(xv, 2, 3, 8, o)
 		expect(t, "rope", mx.RoPE(x, o), []int{2, 3, 8}, want, atol, rtol)
+		// The same turn given as explicit periods Base^(2i/Dims), as llama3's are.
+		periods := make([]float32, 3)
+		for i := range periods {
+			periods[i] = float32(math.Pow(10000, 2*float64(i)/6))
+		}
+		of := o
+		of.Base, of.Freqs = 0, s.arr(periods, 3)
+		expect(t, "rope freqs", mx.RoPE(x, of), []int{2, 3, 8}, want, atol, rtol)
+		inv := of
+		inv.Inverse = true
+		expect(t, "rope freqs inverse", mx.RoPE(mx.RoPE(x, of), inv), []int{2, 3, 8}, xv, atol, rtol)
 	}
 
 	// Attention with grouped heads, an offset causal mask and an additive mask.

@@ -61,8 +61,12 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 			a = s.reshape(a, append([]int{1, 1, 1}[:3-len(shape)], shape...))
 		}
 		base := C.mlxc_opt_float{value: C.float(o.Base), has_value: true}
+		var freqs C.mlxc_array
+		if o.Freqs != nil {
+			base, freqs = C.mlxc_opt_float{}, s.in(o.Freqs)
+		}
 		y := s.op("rope", func(r *C.mlxc_array) C.int {
-			return C.mlxc_fast_rope(r, a, C.int(o.Dims), C.bool(o.Traditional), base, C.float(scale), C.int(o.Offset), C.mlxc_array{}, s.st)
+			return C.mlxc_fast_rope(r, a, C.int(o.Dims), C.bool(o.Traditional), base, C.float(scale), C.int(o.Offset), freqs, s.st)
 		})
 		if len(shape) < 3 {
 			y = s.reshape(y, shape)
