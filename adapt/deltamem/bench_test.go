@@ -46,6 +46,9 @@ func BenchmarkDecode(b *testing.B) {
 				if err != nil || stats.GeneratedTokens != 64 {
 					b.Fatalf("generate: %v, %d tokens", err, stats.GeneratedTokens)
 				}
+				if st.Writes == 0 {
+					return stats.DecodeTPS, 0
+				}
 				return stats.DecodeTPS, st.Spent() / time.Duration(st.Writes)
 			}
 			run(false)
@@ -56,6 +59,9 @@ func BenchmarkDecode(b *testing.B) {
 			for range b.N {
 				off, _ := run(false)
 				on, spent := run(true)
+				if spent == 0 {
+					b.Fatal("the memory recorded no time")
+				}
 				bestOff, bestOn, bestSpent = max(bestOff, off), max(bestOn, on), min(bestSpent, spent)
 			}
 			b.ReportMetric(bestOff, "off-tok/s")
@@ -117,5 +123,47 @@ func benchModels(b *testing.B) []benchModel {
 			}
 			return inference.NewRandom(inference.Qwen3_0_6B(), 1, bk)
 		}},
+	}
+}
+
+// BenchmarkHook is one decode step of one layer's memory alone (attention
+// replaced by the identity), at the demo's and Qwen3-0.6B's widths: what
+// mem-ms/token in BenchmarkDecode is made of.
+func BenchmarkHook(b *testing.B) {
+	bk, err := mx.Open("cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		cfg  func() inference.Config
+	}{
+		{"demo-width", func() inference.Config {
+			c := inference.Qwen3_0_6B()
+			c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize = 192, 4, 2, 48, 512
+			return c
+		}},
+		{"qwen3-0.6b-width", inference.Qwen3_0_6B},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := c.cfg()
+			cfg.NumHiddenLayers, cfg.VocabSize = 1, 256
+			m := inference.NewRandom(cfg, 1, bk)
+			mem, _ := New(m, Config{}, 1)
+			mem = randomize(b, mem, 0.01, 1)
+			st := mem.NewState()
+			l := mem.layers[0]
+			h := &liveHook{mem: mem, st: st, proj: mem.params[paramName(l, "proj")], bias: mem.params[paramName(l, "proj_bias")],
+				uq: mem.params[paramName(l, "query_out")], uo: mem.params[paramName(l, "attn_out")]}
+			x := mx.Full(bk, []int{1, 1, cfg.HiddenSize}, 0.5, mx.Float32)
+			q := mx.Full(bk, []int{1, cfg.NumAttentionHeads, 1, cfg.Head()}, 0.5, mx.Float32)
+			id := func(q *mx.Array) *mx.Array { return q }
+			b.ResetTimer()
+			for range b.N {
+				if err := mx.Eval(h.Attend(x, q, id)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
