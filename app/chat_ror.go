@@ -94,28 +94,34 @@ func (c *ChatSession) replyTokens(text string) ([]int, error) {
 
 // Feedback records a thumb (+1 or -1) on one of this chat's replies, with the
 // corrected text for a thumb down when the user gave one, and learns from it.
-// It waits for a reply in progress to finish.
+// The learning runs beside the chat: a reply in progress goes on with the
+// weights it started with, and a kept correction is put in place between two
+// replies.
 func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, correction string) (RoREvent, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if _, err := c.w.AddFeedback(ctx, messageID, thumb, correction); err != nil {
 		return RoREvent{}, err
 	}
+	c.mu.Lock()
 	r, ok := c.replies[messageID]
+	l, fresh := c.learner, false
+	if ok && l == nil {
+		var err error
+		if l, err = ror.NewChat(c.model, &c.mu, ror.ChatOptions{}); err != nil {
+			c.mu.Unlock()
+			return RoREvent{}, err
+		}
+		c.learner, fresh = l, true
+	}
+	c.mu.Unlock()
 	if !ok {
 		return RoREvent{}, errors.New("the feedback is stored, but that reply is no longer in this chat's memory, so nothing was learnt from it")
 	}
-	if c.learner == nil {
-		l, err := ror.NewChat(c.model, ror.ChatOptions{})
-		if err != nil {
-			return RoREvent{}, err
-		}
+	if fresh {
 		if seed := c.w.confirmedReplies(ctx, c); len(seed) > 0 {
 			if err := l.AddAnchor(ctx, seed...); err != nil {
 				return RoREvent{}, err
 			}
 		}
-		c.learner = l
 	}
 	reply, err := c.replyTokens(r.text)
 	if err != nil {
@@ -124,7 +130,7 @@ func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, 
 	ex := ror.ChatExample{Prompt: r.prompt, Reply: reply}
 	var ev RoREvent
 	if thumb > 0 {
-		ev, err = c.learner.ThumbUp(ctx, ex, r.prob)
+		ev, err = l.ThumbUp(ctx, ex, r.prob)
 	} else {
 		var fix []int
 		if correction != "" {
@@ -132,33 +138,36 @@ func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, 
 				return RoREvent{}, err
 			}
 		}
-		ev, err = c.learner.ThumbDown(ctx, ex, r.prob, fix)
+		ev, err = l.ThumbDown(ctx, ex, r.prob, fix)
 		ex.Reply = fix
 	}
 	if err != nil {
 		return ev, err
 	}
+	c.mu.Lock()
 	switch ev.Kind {
-	case RoRReinforce:
-		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: r.asked + len(reply) + exampleOverhead})
-	case RoRRetrain:
+	case RoRReinforce, RoRRetrain:
 		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: r.asked + len(ex.Reply) + exampleOverhead})
 	}
+	c.mu.Unlock()
 	return ev, c.recordRoR(ctx, messageID, ev)
 }
 
 // UndoFeedback takes back the last change feedback made to this chat's model.
 func (c *ChatSession) UndoFeedback(ctx context.Context) (RoREvent, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.learner == nil {
+	l := c.learner
+	c.mu.Unlock()
+	if l == nil {
 		return RoREvent{}, ErrNothingToUndo
 	}
-	ev, err := c.learner.Undo()
+	ev, err := l.Undo()
 	if err != nil {
 		return ev, err
 	}
+	c.mu.Lock()
 	c.learnt = slices.DeleteFunc(c.learnt, func(l learnt) bool { return l.version > ev.VersionAfter })
+	c.mu.Unlock()
 	evs, _ := c.w.Store.AdaptationEvents(ctx, store.EventFilter{ChatID: c.ID, Method: store.MethodRoR})
 	for _, e := range evs { // newest first
 		if e.VersionAfter == int(ev.VersionBefore) && e.VersionBefore != e.VersionAfter && !e.Undone {
@@ -173,11 +182,12 @@ func (c *ChatSession) UndoFeedback(ctx context.Context) (RoREvent, error) {
 // correction was kept).
 func (c *ChatSession) FeedbackVersion() uint64 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.learner == nil {
+	l := c.learner
+	c.mu.Unlock()
+	if l == nil {
 		return 0
 	}
-	return c.learner.Version()
+	return l.Version()
 }
 
 func (c *ChatSession) recordRoR(ctx context.Context, messageID int64, ev RoREvent) error {

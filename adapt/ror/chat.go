@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inloop/inloop/inference"
@@ -38,8 +39,11 @@ import (
 //
 // The ChatLearner trains an adapter of its own, pushed on top of the chat
 // model's stack (zero-initialised, so it changes nothing until a correction).
-// Every kept step is a version: the adapter's weights and the optimizer's
-// state, installed bit for bit by Undo and RestoreVersion.
+// It steps and checks on a fork of that model, so the chat can go on
+// answering while it learns; only a kept step is published to the chat's
+// model, under the chat's turn lock, between two replies. Every kept step is a
+// version: the adapter's weights and the optimizer's state, installed bit for
+// bit by Undo and RestoreVersion.
 
 // Defaults of ChatOptions.
 const (
@@ -109,14 +113,20 @@ type chatVersion struct {
 	anchor float64 // accuracy on the anchor set; NaN before one exists
 }
 
-// ChatLearner is RoR over one chat's model. Its methods run one at a time;
-// the caller keeps generation off the model while one runs.
+// ChatLearner is RoR over one chat's model. Its learning methods run one at a
+// time (mu); Adjusted, Feedback and Version answer at once, even while one
+// runs. A caller that passes its turn lock to NewChat must not hold it while
+// calling a learning method (a kept step takes it to publish).
 type ChatLearner struct {
-	m    *inference.Model
+	live *inference.Model // the chat's model: what replies are computed with
+	turn sync.Locker      // held while live's adapter changes; nil for none
+	m    *inference.Model // a fork of live: where steps and checks run
 	opts ChatOptions
 	opt  optim.Optimizer
 
-	mu       sync.Mutex
+	mu       sync.Mutex // one learning call at a time; guards what follows but feedback
+	fb       sync.Mutex // guards feedback
+	version  atomic.Uint64
 	anchor   []ChatExample
 	replay   []ChatExample
 	ups      int
@@ -129,8 +139,9 @@ type ChatLearner struct {
 }
 
 // NewChat pushes a fresh correction adapter on m's stack and returns its
-// learner, at version 0.
-func NewChat(m *inference.Model, opts ChatOptions) (*ChatLearner, error) {
+// learner, at version 0. turn, when not nil, is taken while m's adapter
+// changes (a kept step, an undo), so the change falls between two replies.
+func NewChat(m *inference.Model, turn sync.Locker, opts ChatOptions) (*ChatLearner, error) {
 	opts = opts.withDefaults()
 	if opts.Threshold < 0 || opts.Threshold > 1 || opts.LearningRate <= 0 || opts.AnchorMargin < 0 || opts.MaxSteps < 1 {
 		return nil, fmt.Errorf("ror: chat options %+v", opts)
@@ -148,7 +159,7 @@ func NewChat(m *inference.Model, opts ChatOptions) (*ChatLearner, error) {
 	}
 	o := optim.NewAdam(optim.Constant(float32(opts.LearningRate)))
 	o.BiasCorrection = true
-	l := &ChatLearner{m: m, opts: opts, opt: o, rng: rand.New(rand.NewPCG(opts.Seed, 0x0c4a7))}
+	l := &ChatLearner{live: m, turn: turn, m: m.Fork(), opts: opts, opt: o, rng: rand.New(rand.NewPCG(opts.Seed, 0x0c4a7))}
 	for i := range l.feedback {
 		l.feedback[i] = Bucket{Low: float64(i) / Buckets, High: float64(i+1) / Buckets}
 	}
@@ -160,8 +171,8 @@ func NewChat(m *inference.Model, opts ChatOptions) (*ChatLearner, error) {
 // Adjusted is the confidence reported for a reply of mean token probability p,
 // and whether it is below the gate.
 func (l *ChatLearner) Adjusted(p float64) (float64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.fb.Lock()
+	defer l.fb.Unlock()
 	a := l.adjustedLocked(p)
 	return a, a < l.opts.Threshold
 }
@@ -171,10 +182,23 @@ func (l *ChatLearner) adjustedLocked(p float64) float64 {
 	return (l.opts.Prior*p + float64(k.Up)) / (l.opts.Prior + float64(k.Up+k.Down))
 }
 
+// record counts a thumb on a reply of mean token probability p and returns the
+// adjusted confidence after it.
+func (l *ChatLearner) record(p float64, up bool) float64 {
+	l.fb.Lock()
+	defer l.fb.Unlock()
+	if up {
+		l.feedback[bucketOf(p)].Up++
+	} else {
+		l.feedback[bucketOf(p)].Down++
+	}
+	return l.adjustedLocked(p)
+}
+
 // Feedback returns the confidence buckets, lowest first.
 func (l *ChatLearner) Feedback() []Bucket {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.fb.Lock()
+	defer l.fb.Unlock()
 	return slices.Clone(l.feedback[:])
 }
 
@@ -235,8 +259,7 @@ func (l *ChatLearner) ThumbUp(ctx context.Context, ex ChatExample, p float64) (E
 	if err := l.check(ex); err != nil {
 		return ev, err
 	}
-	l.feedback[bucketOf(p)].Up++
-	ev.Confidence, ev.Adjusted = p, l.adjustedLocked(p)
+	ev.Confidence, ev.Adjusted = p, l.record(p, true)
 	if l.ups%2 == 0 {
 		l.anchor = append(l.anchor, ex)
 		acc, _, err := l.anchorScore(ctx)
@@ -268,8 +291,7 @@ func (l *ChatLearner) ThumbDown(ctx context.Context, ex ChatExample, p float64, 
 	if err := l.check(ex); err != nil {
 		return ev, err
 	}
-	l.feedback[bucketOf(p)].Down++
-	ev.Confidence, ev.Adjusted = p, l.adjustedLocked(p)
+	ev.Confidence, ev.Adjusted = p, l.record(p, false)
 	if len(correction) == 0 {
 		ev.Escalate, ev.Detail = true, "no correction: recorded, offered for escalation"
 		ev.MS = ms(time.Since(began))
@@ -310,7 +332,7 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 	}
 	stepper := trainer.Stepper{Bind: trainer.Adapters(l.m), Optimizer: l.opt, ClipNorm: l.opts.ClipNorm}
 	fail := func(err error) (Event, error) {
-		if rerr := l.install(cur); rerr != nil {
+		if rerr := l.restoreWork(cur); rerr != nil {
 			err = fmt.Errorf("%w (and restoring the adapter: %v)", err, rerr)
 		}
 		ev.StepMS = ms(time.Since(stepsBegan))
@@ -357,7 +379,7 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 	if !math.IsNaN(acc) && cur.anchor-acc > l.opts.AnchorMargin {
 		ev.Kind = KindRollback
 		ev.Detail = fmt.Sprintf("anchor accuracy %.4f → %.4f, a drop over the %.4f allowed (loss per token %.4f after)", cur.anchor, acc, l.opts.AnchorMargin, loss)
-		if err := l.install(cur); err != nil {
+		if err := l.restoreWork(cur); err != nil {
 			return ev, err
 		}
 		return ev, nil
@@ -368,10 +390,12 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 		ev.Detail = fmt.Sprintf("anchor loss per token %.4f after", loss)
 	}
 	v := &chatVersion{id: l.nextID, params: params, opt: l.opt.State(), anchor: acc}
+	if err := l.publish(v); err != nil {
+		return fail(err)
+	}
 	l.nextID++
 	l.versions = append(l.versions, v)
 	l.undo = append(l.undo, cur)
-	l.current = v
 	if extra := len(l.versions) - 1 - l.opts.History; extra > 0 {
 		gone := slices.Clone(l.versions[1 : 1+extra])
 		l.versions = append(l.versions[:1], l.versions[1+extra:]...)
@@ -382,16 +406,37 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 	return ev, nil
 }
 
-// install puts v's weights and optimizer state back.
-func (l *ChatLearner) install(v *chatVersion) error {
+// restoreWork puts v's weights and optimizer state back on the work fork.
+func (l *ChatLearner) restoreWork(v *chatVersion) error {
 	if err := lora.SetParams(l.m, v.params); err != nil {
 		return fmt.Errorf("ror: %w", err)
 	}
 	if err := l.opt.SetState(v.opt); err != nil {
 		return fmt.Errorf("ror: %w", err)
 	}
-	l.current = v
 	return nil
+}
+
+// publish makes v the weights the chat answers with.
+func (l *ChatLearner) publish(v *chatVersion) error {
+	if l.turn != nil {
+		l.turn.Lock()
+		defer l.turn.Unlock()
+	}
+	if err := lora.SetParams(l.live, v.params); err != nil {
+		return fmt.Errorf("ror: %w", err)
+	}
+	l.current = v
+	l.version.Store(v.id)
+	return nil
+}
+
+// install makes v current on both models.
+func (l *ChatLearner) install(v *chatVersion) error {
+	if err := l.restoreWork(v); err != nil {
+		return err
+	}
+	return l.publish(v)
 }
 
 // Undo goes back to the version before the last change, bit for bit.
@@ -437,11 +482,7 @@ func (l *ChatLearner) RestoreVersion(id uint64) (Event, error) {
 }
 
 // Version is the version in use; Versions all RestoreVersion can reach.
-func (l *ChatLearner) Version() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.current.id
-}
+func (l *ChatLearner) Version() uint64 { return l.version.Load() }
 
 func (l *ChatLearner) Versions() []uint64 {
 	l.mu.Lock()

@@ -63,7 +63,7 @@ func benchChatRoR(b *testing.B, m *inference.Model) {
 	}
 	ex := func(seed int) ChatExample { return ChatExample{Prompt: seq(seed, 64), Reply: seq(seed+1000, 32)} }
 	stream := streamer(b, m)
-	l, err := NewChat(m, ChatOptions{MaxSteps: 1, AnchorMargin: 1})
+	l, err := NewChat(m, nil, ChatOptions{MaxSteps: 1, AnchorMargin: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestChatLearner(t *testing.T) {
 	m, ex := chatFixture(t)
 	probe := ex("The hacker fixed the build before", " breakfast.").Prompt
 	plain := logits(t, m, probe)
-	l, err := NewChat(m, ChatOptions{Seed: 3})
+	l, err := NewChat(m, nil, ChatOptions{Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestChatLearner(t *testing.T) {
 
 	// A harmful correction: nonsense taught for a confirmed conversation. Under
 	// the default margin it is rolled back, and nothing changes.
-	strict, err := NewChat(m, ChatOptions{Seed: 3}) // the default margin
+	strict, err := NewChat(m, nil, ChatOptions{Seed: 3}) // the default margin
 	if err != nil {
 		t.Fatal(err)
 	}
