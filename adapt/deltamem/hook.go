@@ -180,11 +180,9 @@ func (h *tracedHook) Attend(x, q *mx.Array, attend func(*mx.Array) *mx.Array) *m
 	b, l, r := x.Dim(0), x.Dim(1), h.mem.rank
 	z := mx.Add(mx.Matmul(mx.AsType(x, mx.Float32), h.proj), h.bias) // (B, L, 5r)
 	kraw := mx.SliceAxis(z, -1, 0, r)                                // (B, L, r)
-	kprev := kraw                                                    // keys come from the position before
+	kprev := h.st.prev[h.i]                                          // keys come from the position before
 	if l > 1 {
-		kprev = mx.Concatenate([]*mx.Array{h.st.prev[h.i], mx.SliceAxis(kraw, 1, 0, l-1)}, 1)
-	} else {
-		kprev = h.st.prev[h.i]
+		kprev = mx.Concatenate([]*mx.Array{kprev, mx.SliceAxis(kraw, 1, 0, l-1)}, 1)
 	}
 	k := l2norm(kprev)
 	v := mx.SliceAxis(z, -1, r, 2*r)
