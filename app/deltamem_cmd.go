@@ -85,6 +85,7 @@ func memoryTrainCmd(e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "  with the memory     %5.1f%%  (%.2f nats/token)\n", 100*r.With.Accuracy, r.With.NLL)
 	fmt.Fprintf(e.stdout, "  memory, other text  %5.1f%%  (%.2f nats/token)\n", 100*r.Control.Accuracy, r.Control.NLL)
 	fmt.Fprintf(e.stdout, "  passage in window   %5.1f%%  (%.2f nats/token)\n", 100*r.InWindow.Accuracy, r.InWindow.NLL)
+	fmt.Fprintf(e.stdout, "  in window + memory  %5.1f%%  (%.2f nats/token)\n", 100*r.InWindowWith.Accuracy, r.InWindowWith.NLL)
 	return nil
 }
 
