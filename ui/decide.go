@@ -158,7 +158,9 @@ func newDecideScreen(u *UI) *decideScreen {
 	split := container.NewHSplit(container.NewVScroll(left), s.results)
 	split.Offset = 0.4
 	s.content = split
-	s.refresh()
+	// The pickers fill when the screen is first shown (refresh): reading the
+	// rows runs in the background, which must not race with building the
+	// window.
 	return s
 }
 
