@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 
@@ -191,7 +190,7 @@ func (c *ChatSession) FeedbackVersion() uint64 {
 }
 
 func (c *ChatSession) recordRoR(ctx context.Context, messageID int64, ev RoREvent) error {
-	detail, _ := json.Marshal(ev)
+	detail := rorDetail(ev, "")
 	_, err := c.w.Store.AddAdaptationEvent(context.WithoutCancel(ctx), store.AdaptationEvent{Model: c.Info.Name, ChatID: c.ID, MessageID: messageID,
 		Method: store.MethodRoR, MS: ev.MS, VersionBefore: int(ev.VersionBefore), VersionAfter: int(ev.VersionAfter), Detail: detail})
 	return err

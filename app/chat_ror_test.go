@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/inloop/inloop/inference"
@@ -53,6 +54,11 @@ func TestChatFeedbackRoR(t *testing.T) {
 	evs, err := w.Store.AdaptationEvents(ctx, store.EventFilter{ChatID: c.ID, Method: store.MethodRoR})
 	if err != nil || len(evs) != 2 || evs[0].MessageID != second.MessageID || evs[0].MS <= 0 {
 		t.Fatalf("events %+v, %v", evs, err)
+	}
+	for _, e := range evs { // the first thumb came before any anchor existed (NaN figures)
+		if !strings.Contains(string(e.Detail), `"kind":"`) {
+			t.Errorf("event %d stored without its detail: %q", e.ID, e.Detail)
+		}
 	}
 	if down.Kind == RoRRetrain {
 		if c.FeedbackVersion() != 1 || evs[0].VersionAfter != 1 {

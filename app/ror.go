@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 
@@ -184,10 +185,7 @@ func (s *DecisionSession) record(ctx context.Context, ev RoREvent, err error) (R
 			err = errors.Join(err, fmt.Errorf("the new version is in use but could not be saved: %w", serr))
 		}
 	}
-	detail, _ := json.Marshal(struct {
-		RoREvent
-		Folder string `json:"folder"`
-	}{ev, s.Dir})
+	detail := rorDetail(ev, s.Dir)
 	id, serr := s.w.Store.AddAdaptationEvent(bg, store.AdaptationEvent{Model: s.Model.Meta.Base.Name, Method: store.MethodRoR, MS: ev.MS,
 		VersionBefore: int(ev.VersionBefore), VersionAfter: int(ev.VersionAfter), Detail: detail})
 	if serr != nil {
@@ -217,4 +215,27 @@ func (s *DecisionSession) SetThreshold(question string, threshold float64) error
 		return err
 	}
 	return s.Model.SaveCalibration(s.Dir)
+}
+
+// rorDetail is ev as an event's stored detail. An anchor figure that does not
+// exist yet (NaN: no anchor set) is left out, since JSON has no NaN.
+func rorDetail(ev RoREvent, folder string) json.RawMessage {
+	finiteOrNil := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	raw, err := json.Marshal(struct {
+		RoREvent
+		AnchorBefore *float64 `json:"anchor_before,omitempty"`
+		AnchorAfter  *float64 `json:"anchor_after,omitempty"`
+		Loss         *float64 `json:"loss,omitempty"`
+		LossAfter    *float64 `json:"loss_after,omitempty"`
+		Folder       string   `json:"folder,omitempty"`
+	}{ev, finiteOrNil(ev.AnchorBefore), finiteOrNil(ev.AnchorAfter), finiteOrNil(ev.Loss), finiteOrNil(ev.LossAfter), folder})
+	if err != nil { // every field is a plain value now; say so rather than store nothing
+		raw, _ = json.Marshal(map[string]string{"kind": string(ev.Kind), "error": err.Error()})
+	}
+	return raw
 }

@@ -38,6 +38,7 @@ type UI struct {
 	data   *dataScreen
 	train  *trainScreen
 	decide *decideScreen
+	adapt  *adaptScreen
 	runs   *runsScreen
 }
 
@@ -66,6 +67,7 @@ func (u *UI) build() fyne.CanvasObject {
 	u.data = newDataScreen(u)
 	u.train = newTrainScreen(u)
 	u.decide = newDecideScreen(u)
+	u.adapt = newAdaptScreen(u)
 	u.runs = newRunsScreen(u)
 	u.tabs = container.NewAppTabs(
 		container.NewTabItemWithIcon("Chat", theme.MailComposeIcon(), u.chat.content),
@@ -73,6 +75,7 @@ func (u *UI) build() fyne.CanvasObject {
 		container.NewTabItemWithIcon("Data", theme.FolderOpenIcon(), u.data.content),
 		container.NewTabItemWithIcon("Train", theme.MediaPlayIcon(), u.train.content),
 		container.NewTabItemWithIcon("Decide", theme.ConfirmIcon(), u.decide.content),
+		container.NewTabItemWithIcon("Adapt", theme.ViewRefreshIcon(), u.adapt.content),
 		container.NewTabItemWithIcon("Runs", theme.ListIcon(), u.runs.content),
 	)
 	u.tabs.SetTabLocation(container.TabLocationLeading)
@@ -90,6 +93,8 @@ func (u *UI) build() fyne.CanvasObject {
 			u.data.refreshModels()
 		case "Decide":
 			u.decide.refresh()
+		case "Adapt":
+			u.adapt.refresh()
 		}
 	}
 	return u.tabs

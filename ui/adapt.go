@@ -1,0 +1,229 @@
+package ui
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+
+	"github.com/inloop/inloop/app"
+)
+
+// adaptScreen: what a model learns while it is used. A TAO round improves its
+// adapter on the prompts of its chats with no labels, scored by a local reward
+// and kept only when held-out prompts score better; the history lists every
+// adaptation event the model had (test-time training, reinforce-or-retrain,
+// TAO, δ-mem), with its cost, and takes a TAO round back.
+type adaptScreen struct {
+	u       *UI
+	content fyne.CanvasObject
+
+	model      *widget.Select
+	format     *widget.Entry
+	candidates *widget.Entry
+	start      *widget.Button
+	cancel     *widget.Button
+	progress   *widget.ProgressBar
+	log        *widget.Label
+	result     *widget.Label
+
+	history *fyne.Container
+	events  []app.AdaptationEvent
+
+	job *app.Job
+}
+
+func newAdaptScreen(u *UI) *adaptScreen {
+	s := &adaptScreen{u: u}
+	s.model = widget.NewSelect(nil, func(string) { s.refreshHistory() })
+	s.format = widget.NewEntry()
+	s.format.SetPlaceHolder("optional: a pattern every good answer matches, e.g. (?m)^Answer: ")
+	s.candidates = widget.NewEntry()
+	s.candidates.SetText("4")
+	s.start = widget.NewButtonWithIcon("Start a round", theme.MediaPlayIcon(), s.startRound)
+	s.start.Importance = widget.HighImportance
+	s.cancel = widget.NewButtonWithIcon("Cancel", theme.MediaStopIcon(), func() {
+		if s.job != nil {
+			s.job.Cancel()
+		}
+	})
+	s.cancel.Disable()
+	s.progress = widget.NewProgressBar()
+	s.progress.Hide()
+	s.log = widget.NewLabel("")
+	s.log.Wrapping = fyne.TextWrapWord
+	s.result = widget.NewLabel("")
+	s.result.Wrapping = fyne.TextWrapWord
+	intro := widget.NewLabel("A round writes several answers to the prompts of this model's chats, scores them with a local reward " +
+		"(a judge trained on your thumbs, the thumbs history and simple checks, or the pattern below), trains the adapter on the best, " +
+		"and keeps the result only if prompts it held out score better. Nothing is labelled by hand and nothing leaves this machine.")
+	intro.Wrapping = fyne.TextWrapWord
+	tao := widget.NewCard("Learn from your chats (TAO)", "", container.NewVBox(intro,
+		widget.NewForm(widget.NewFormItem("Reward pattern", s.format), widget.NewFormItem("Answers per prompt", s.candidates)),
+		container.NewHBox(s.start, s.cancel), s.progress, s.log, s.result))
+
+	s.history = container.NewVBox()
+	hist := widget.NewCard("What this model learnt while in use", "Newest first: test-time training, thumbs (reinforce-or-retrain), TAO rounds and chat memory",
+		s.history)
+	top := container.NewBorder(nil, nil, widget.NewLabel("Model"), nil, s.model)
+	s.content = container.NewBorder(top, nil, nil, nil, container.NewVScroll(container.NewVBox(tao, hist)))
+	return s
+}
+
+// refresh reloads the model picker and the history (when the screen is shown).
+func (s *adaptScreen) refresh() {
+	names := s.u.modelNames()
+	s.model.SetOptions(names)
+	if s.model.Selected == "" && len(names) > 0 {
+		s.model.SetSelected(names[0]) // refreshes the history
+		return
+	}
+	s.refreshHistory()
+}
+
+// refreshHistory lists the model's adaptation events.
+func (s *adaptScreen) refreshHistory() {
+	if s.model.Selected == "" {
+		return
+	}
+	info, err := s.u.ws.ResolveModel(s.u.ctx, s.model.Selected)
+	if err != nil {
+		return
+	}
+	evs, err := s.u.ws.AdaptationEvents(s.u.ctx, info.Name, 100)
+	if err != nil {
+		s.u.showError("Reading the history", err)
+		return
+	}
+	s.events = evs
+	s.history.RemoveAll()
+	if len(evs) == 0 {
+		s.history.Add(widget.NewLabel("Nothing yet. Rate replies in Chat, turn on test-time training, or run a TAO round."))
+		return
+	}
+	for _, e := range evs {
+		line := widget.NewLabel(eventText(e))
+		line.Wrapping = fyne.TextWrapWord
+		row := container.NewBorder(nil, nil, nil, nil, line)
+		if e.Method == app.MethodTAO && e.VersionAfter != e.VersionBefore && !e.Undone {
+			id := e.ID
+			undo := widget.NewButtonWithIcon("Undo", theme.ContentUndoIcon(), func() { s.undoTAO(id) })
+			row = container.NewBorder(nil, nil, nil, undo, line)
+		}
+		s.history.Add(row)
+	}
+}
+
+// eventText is one history line: when, what, how long, and the versions.
+func eventText(e app.AdaptationEvent) string {
+	what := map[string]string{app.MethodTTT: "test-time training", app.MethodRoR: "thumbs", app.MethodTAO: "TAO round",
+		app.MethodDeltaMem: "chat memory"}[e.Method]
+	if what == "" {
+		what = e.Method
+	}
+	var d struct {
+		Kind   string `json:"kind"`
+		Op     string `json:"op"`
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(e.Detail, &d)
+	if d.Kind != "" {
+		what += " (" + d.Kind + ")"
+	} else if d.Op != "" {
+		what += " (" + d.Op + ")"
+	}
+	text := fmt.Sprintf("%s · %s · %.0f ms", e.Created.Format("Jan 2 15:04:05"), what, e.MS)
+	if e.ChatID != 0 {
+		text += fmt.Sprintf(" · chat %d", e.ChatID)
+	}
+	if e.VersionAfter != e.VersionBefore {
+		text += fmt.Sprintf(" · version %d → %d", e.VersionBefore, e.VersionAfter)
+	} else {
+		text += " · no weights changed"
+	}
+	if e.Undone {
+		text += " · undone"
+	}
+	if d.Reason != "" {
+		text += " · " + d.Reason
+	}
+	return text
+}
+
+func (s *adaptScreen) startRound() {
+	n, err := strconv.Atoi(strings.TrimSpace(s.candidates.Text))
+	if err != nil || n < 2 {
+		s.u.showError("", fmt.Errorf("answers per prompt: give a number of at least 2"))
+		return
+	}
+	spec := app.TAOSpec{Model: s.model.Selected, Format: strings.TrimSpace(s.format.Text), Candidates: n}
+	job, err := s.u.ws.StartTAO(s.u.ctx, spec)
+	if err != nil {
+		s.u.showError("The round did not start", err)
+		return
+	}
+	s.job = job
+	s.start.Disable()
+	s.cancel.Enable()
+	s.progress.SetValue(0)
+	s.progress.Show()
+	s.result.SetText("")
+	s.log.SetText(fmt.Sprintf("Run %d: reading the prompts…", job.RunID))
+	go func() {
+		for p := range job.Events {
+			s.u.do(func() {
+				if p.Steps > 0 {
+					s.progress.SetValue(float64(p.Step) / float64(p.Steps))
+				}
+				if p.Message != "" {
+					s.log.SetText(capitalize(p.Message) + ".")
+				}
+			})
+		}
+		err := job.Wait()
+		s.u.do(func() { s.finished(job, err) })
+	}()
+}
+
+func (s *adaptScreen) finished(job *app.Job, err error) {
+	s.job = nil
+	s.start.Enable()
+	s.cancel.Disable()
+	s.progress.Hide()
+	if err != nil {
+		s.result.SetText(fmt.Sprintf("Run %d stopped: %s.", job.RunID, app.UserMessage(err)))
+		s.refreshHistory()
+		return
+	}
+	var rep app.TAOReport
+	_ = json.Unmarshal(job.Result(), &rep)
+	text := capitalize(rep.Reason)
+	if rep.Check.Prompts > 0 {
+		text += fmt.Sprintf(" Held-out reward %.3f → %.3f on %d prompts (%d answers written for training, %.0f s in all).",
+			rep.Check.Before, rep.Check.After, rep.Check.Prompts, rep.Candidates, rep.TotalMS/1000)
+	}
+	if rep.Kept && rep.AdapterPath != "" {
+		text += " The new adapter is " + rep.AdapterPath + "; pick it in Chat."
+	}
+	s.result.SetText(text)
+	s.refreshHistory()
+}
+
+func (s *adaptScreen) undoTAO(eventID int64) {
+	go func() {
+		a, err := s.u.ws.UndoTAO(s.u.ctx, eventID)
+		s.u.do(func() {
+			if err != nil {
+				s.u.showError("The round was not undone", err)
+				return
+			}
+			s.result.SetText(fmt.Sprintf("Undone: the adapter before the round is back, as %s.", a.Path))
+			s.refreshHistory()
+		})
+	}()
+}
