@@ -1,13 +1,14 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/quant"
 	"github.com/inloop/inloop/store"
-	"github.com/inloop/inloop/training/lora"
 )
 
 // FuseSpec folds an adapter into its model's weights.
@@ -21,6 +22,9 @@ type FuseSpec struct {
 	// "bfloat16" or "float16" converts every float tensor, as mlx_lm.convert
 	// --dtype does, and says so in config.json.
 	DType string
+	// Kernel is whose rounding re-quantizes the fused layers of a quantized base:
+	// "gpu" (empty: what mlx-lm's fuse writes on a Mac) or "cpu" (on Linux).
+	Kernel string
 }
 
 // Fused is the model Fuse wrote.
@@ -44,6 +48,10 @@ func (w *Workspace) Fuse(ctx context.Context, spec FuseSpec) (Fused, error) {
 		}
 		cast = opts.DType
 	}
+	kernel, err := quant.ParseKernel(cmp.Or(spec.Kernel, "gpu"))
+	if err != nil {
+		return Fused{}, err
+	}
 	info, err := w.ResolveModel(ctx, spec.Model)
 	if err != nil {
 		return Fused{}, err
@@ -65,7 +73,7 @@ func (w *Workspace) Fuse(ctx context.Context, spec FuseSpec) (Fused, error) {
 	if _, err := inference.LoadAdapter(m, spec.Adapter); err != nil {
 		return Fused{}, err
 	}
-	paths, err := lora.Fuse(m, lora.FuseOptions{Dequantize: spec.Dequantize})
+	paths, err := m.FuseAdaptersWith(inference.FuseOptions{Dequantize: spec.Dequantize, Kernel: kernel})
 	if err != nil {
 		return Fused{}, err
 	}

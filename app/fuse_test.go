@@ -198,6 +198,15 @@ func TestFuseKeepsDTypes(t *testing.T) {
 	if code := Main([]string{"fuse", "--model", base, "--adapter-path", adapter, "--save-path", filepath.Join(t.TempDir(), "x"), "--dtype", "int4", "--data-dir", dataDir}, &o, &e); code == 0 {
 		t.Error("fuse --dtype int4 succeeded")
 	}
+	// --kernel cpu re-quantizes with MLX's CPU rounding; the folder loads all the same.
+	outK := filepath.Join(t.TempDir(), "fusedk")
+	fuse(q4, outK, "--kernel", "cpu")
+	if a, f := greedy("--model", q4, "--adapter", adapter), greedy("--model", outK); a != f {
+		t.Errorf("fused with --kernel cpu generates %q, the 4-bit base with the adapter %q", f, a)
+	}
+	if code := Main([]string{"fuse", "--model", q4, "--adapter-path", adapter, "--save-path", filepath.Join(t.TempDir(), "y"), "--kernel", "metal", "--data-dir", dataDir}, &o, &e); code == 0 {
+		t.Error("fuse --kernel metal succeeded")
+	}
 }
 
 // assertPermissions checks dir and every entry in it against atomicfile's

@@ -26,6 +26,7 @@ func fuseCmd(e *env, args []string) error {
 	adapter := fs.String("adapter-path", "", "adapter folder (mlx-lm layout); default: the model's newest adapter")
 	save := fs.String("save-path", "fused_model", "folder to write the fused model to")
 	dequantize := fs.Bool("dequantize", false, "write a quantized model dense (in its scales' dtype), as mlx-lm's fuse --dequantize does")
+	kernel := fs.String("kernel", "gpu", "whose rounding re-quantizes the fused layers of a quantized model: gpu = MLX's Metal/CUDA kernel, what mlx-lm's fuse writes on a Mac (the default); cpu = MLX's CPU kernel, what it writes on Linux")
 	dtype := fs.String("dtype", "auto", "type of the written weights: auto keeps the base's (a bfloat16 model stays bfloat16, as mlx-lm writes it); float32, bfloat16 or float16 converts every float tensor and says so in config.json")
 	wf := addWorkspaceFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -42,7 +43,7 @@ func fuseCmd(e *env, args []string) error {
 	if _, err := inference.ParseDType(*dtype); err != nil {
 		return fmt.Errorf("--dtype %q: want %s", *dtype, inference.DTypeNames)
 	}
-	fused, err := w.Fuse(e.ctx, FuseSpec{Model: *model, Adapter: *adapter, Out: *save, Dequantize: *dequantize, DType: *dtype})
+	fused, err := w.Fuse(e.ctx, FuseSpec{Model: *model, Adapter: *adapter, Out: *save, Dequantize: *dequantize, DType: *dtype, Kernel: *kernel})
 	if err != nil {
 		return err
 	}

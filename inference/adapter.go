@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/quant"
 )
 
 // The adapter stack. A model's linear layers compute
@@ -422,6 +423,22 @@ func (m *Model) Fork() *Model {
 // to that rounding. The history is cleared, since its states were adapters over the
 // old base. It returns the fused paths.
 func (m *Model) FuseAdapters(dequantize bool) ([]string, error) {
+	return m.FuseAdaptersWith(FuseOptions{Dequantize: dequantize})
+}
+
+// FuseOptions adjusts FuseAdaptersWith.
+type FuseOptions struct {
+	Dequantize bool // leave fused quantized layers dense, in their scales' dtype
+	// Kernel is the MLX quantize kernel whose rounding re-quantizes a fused
+	// quantized layer: quant.GPU (what mlx-lm's fuse writes on a Mac) or quant.CPU
+	// (on Linux without CUDA). A fused weight sits near the grid it came from, so
+	// the two kernels' different rounding of exact ties shows in about 1% of words.
+	Kernel quant.Kernel
+}
+
+// FuseAdaptersWith is FuseAdapters with options.
+func (m *Model) FuseAdaptersWith(o FuseOptions) ([]string, error) {
+	dequantize := o.Dequantize
 	m.ad.mu.Lock()
 	defer m.ad.mu.Unlock()
 	type fusedLinear struct {
@@ -453,7 +470,7 @@ func (m *Model) FuseAdapters(dequantize bool) ([]string, error) {
 			f.weight = mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
 		default:
 			w := mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
-			f.weight, f.scales, f.biases = mx.Quantize(w, l.GroupSize, l.Bits)
+			f.weight, f.scales, f.biases = mx.QuantizeWith(w, l.GroupSize, l.Bits, o.Kernel)
 		}
 		plan = append(plan, f)
 		fused = append(fused, path)

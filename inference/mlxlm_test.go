@@ -467,3 +467,64 @@ func TestMlxLMLogitsMLX(t *testing.T) {
 		}
 	}
 }
+
+// TestMlxLMFuse: fusing mlx-lm's adapter into the bfloat16 base and into its 4-bit
+// copy writes the tensors mlx_lm.fuse writes, bit for bit (the 4-bit one with the
+// CPU kernel's rounding, as MLX on Linux re-quantizes), on every backend here.
+func TestMlxLMFuse(t *testing.T) {
+	if *mlxlmBasesDir != "" {
+		t.Skip("writing bases")
+	}
+	backends := []mx.Backend{cpu(t)}
+	if b, err := mx.Open("mlx"); err == nil {
+		backends = append(backends, b)
+	}
+	files, _ := filepath.Glob(filepath.Join("testdata", "mlxlm", "fused", "*.json"))
+	if len(files) == 0 {
+		t.Fatal("no goldens in testdata/mlxlm/fused")
+	}
+	for _, f := range files {
+		c := strings.TrimSuffix(filepath.Base(f), ".json")
+		var g quantGolden
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &g); err != nil {
+			t.Fatal(err)
+		}
+		base := mlxlmBaseDir(t, "llama-bf16")
+		if c != "llama-bf16" {
+			base = quantizedFolder(t, c)
+		}
+		for _, b := range backends {
+			m, err := LoadWithOptions(base, b, LoadOptions{KeepDType: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := LoadAdapter(m, filepath.Join("testdata", "mlxlm", "adapter")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.FuseAdaptersWith(FuseOptions{Kernel: quant.CPU}); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), "fused")
+			if err := SaveModelFrom(m, base, dir); err != nil {
+				t.Fatal(err)
+			}
+			got := folderFingerprints(t, dir)
+			same := 0
+			for n, w := range g.Tensors {
+				if gt := got[n]; gt.SHA256 == w.SHA256 && gt.DType == w.DType && slices.Equal(gt.Shape, w.Shape) {
+					same++
+				} else {
+					t.Errorf("%s on %s: %s is %+v, mlx-lm wrote %+v", c, b.Name(), n, got[n], w)
+				}
+			}
+			if len(got) != len(g.Tensors) {
+				t.Errorf("%s on %s: %d tensors, mlx-lm wrote %d", c, b.Name(), len(got), len(g.Tensors))
+			}
+			t.Logf("%s on %s: %d of %d tensors identical to mlx_lm.fuse's", c, b.Name(), same, len(g.Tensors))
+		}
+	}
+}

@@ -9,6 +9,12 @@ import (
 // (..., K·bits/32) and scales, biases (..., K/groupSize) in w's dtype. The numbers
 // are bit-identical to MLX's mx.quantize, so checkpoints move between the two.
 func Quantize(w *Array, groupSize, bits int) (wq, scales, biases *Array) {
+	return QuantizeWith(w, groupSize, bits, quant.GPU)
+}
+
+// QuantizeWith is Quantize with the rounding of the given MLX kernel: quant.GPU
+// (Quantize's, what MLX writes on a Mac) or quant.CPU (MLX on Linux without CUDA).
+func QuantizeWith(w *Array, groupSize, bits int, k quant.Kernel) (wq, scales, biases *Array) {
 	if e := checkFloat("quantize", w); e != nil {
 		return e, e, e
 	}
@@ -27,7 +33,7 @@ func Quantize(w *Array, groupSize, bits int) (wq, scales, biases *Array) {
 	}
 	cols := w.shape[len(w.shape)-1]
 	rows := w.Size() / max(cols, 1)
-	packed, s, bs, err := quant.Quantize(vals, rows, cols, groupSize, bits, rounder(w.dtype))
+	packed, s, bs, err := quant.QuantizeWith(k, vals, rows, cols, groupSize, bits, rounder(w.dtype))
 	if err != nil {
 		e := Errorf("quantize: %v", err)
 		return e, e, e

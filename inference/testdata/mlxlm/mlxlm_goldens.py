@@ -14,7 +14,8 @@ the token rows of ../goldens/tokens.json, in float32 or in the checkpoint's own 
 (mlx_lm.utils.quantize_model, as mlx_lm.convert -q does, with and without each
 mixed_* recipe of convert.py) it writes quantized/<case>.json: the config.json block
 mlx-lm wrote and the SHA-256 of every tensor it saved. mixed_3_6/ is one such
-folder as mlx-lm saved it, to be loaded as it is.
+folder as mlx-lm saved it, to be loaded as it is. adapter/ is a random LoRA adapter
+and fused/<case>.json the tensors mlx_lm.fuse writes with it.
 """
 
 import base64
@@ -26,8 +27,9 @@ import sys
 import types
 from pathlib import Path
 
-# mlx_lm imports transformers and huggingface_hub at module level for tokenizers
-# and downloads, neither of which is used here; offline stand-ins suffice.
+# mlx_lm imports transformers, huggingface_hub and tqdm at module level for
+# tokenizers, downloads and progress bars, none of which is used here; offline
+# stand-ins suffice.
 for name in ("transformers", "huggingface_hub"):
     try:
         __import__(name)
@@ -37,6 +39,11 @@ for name in ("transformers", "huggingface_hub"):
             setattr(mod, attr, type(attr, (), {"register": staticmethod(lambda *a, **k: None)}))
         mod.snapshot_download = mod.scan_cache_dir = lambda *a, **k: None
         sys.modules[name] = mod
+try:
+    import tqdm  # noqa: F401  (mlx_lm.tuner imports it for progress bars)
+except ImportError:
+    sys.modules["tqdm"] = types.ModuleType("tqdm")
+    sys.modules["tqdm"].tqdm = lambda it=None, *a, **k: it
 errors = types.ModuleType("huggingface_hub.errors")
 errors.LocalEntryNotFoundError = type("LocalEntryNotFoundError", (Exception,), {})
 sys.modules.setdefault("huggingface_hub.errors", errors)
@@ -122,6 +129,43 @@ def quantize(base, case, bits=None, group_size=None, recipe=None, keep=False):
     return out
 
 
+def write_adapter(out):
+    """A random LoRA adapter in mlx-lm's layout over the llama bases."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    mx.random.seed(3)
+    w = {}
+    for layer in range(4):
+        for key, (i, o) in {"self_attn.q_proj": (64, 64), "mlp.down_proj": (128, 64)}.items():
+            p = f"model.layers.{layer}.{key}"
+            w[p + ".lora_a"] = mx.random.normal((i, 4)) * 0.1
+            w[p + ".lora_b"] = mx.random.normal((4, o)) * 0.05
+    mx.save_safetensors(str(out / "adapters.safetensors"), w)
+    (out / "adapter_config.json").write_text(json.dumps(
+        {"fine_tune_type": "lora", "num_layers": 4,
+         "lora_parameters": {"rank": 4, "scale": 2.0, "dropout": 0.0,
+                             "keys": ["self_attn.q_proj", "mlp.down_proj"]}}, indent=4) + "\n")
+
+
+def fuse(base, adapter, case):
+    """mlx_lm.fuse without --dequantize: every LoRALinear.fuse()d, then saved."""
+    from mlx.utils import tree_unflatten
+    from mlx_lm.utils import load_adapters
+
+    model, config = load(base)
+    model = load_adapters(model, str(adapter))
+    fused = [(n, m.fuse(dequantize=False)) for n, m in model.named_modules() if hasattr(m, "fuse")]
+    model.update_modules(tree_unflatten(fused))
+    out = Path("/tmp") / f"mlxlm-fused-{case}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    save_model(out, model, donate_model=False)
+    d = HERE / "fused"
+    d.mkdir(exist_ok=True)
+    tensors = ",\n".join(f"  {json.dumps(n)}: {json.dumps(v)}" for n, v in tensor_hashes(out).items())
+    (d / f"{case}.json").write_text(f'{{"case": {json.dumps(case)},\n "tensors": {{\n{tensors}\n }}}}\n')
+
+
 def main():
     bases = Path(sys.argv[1])
     # The parity fixtures, each in float32 and, when stored so, in bfloat16.
@@ -152,6 +196,10 @@ def main():
         for c in ["float32"] + (["bfloat16"] if stored == "bfloat16" else []):
             model, _ = load(out)
             write_logits(case, c, logits_of(model, c))
+    # mlx_lm.fuse of a random adapter into the bfloat16 base and its 4-bit copy.
+    write_adapter(HERE / "adapter")
+    fuse(bases / "llama-bf16", HERE / "adapter", "llama-bf16")
+    fuse(Path("/tmp/mlxlm-llama-bf16-q4g64"), HERE / "adapter", "llama-bf16-q4g64")
     for base in ("llama-f32", "llama-bf16", "qwen3-bf16"):
         stored = json.loads((bases / base / "config.json").read_text()).get("torch_dtype")
         for c in ["float32"] + (["bfloat16"] if stored == "bfloat16" else []):
