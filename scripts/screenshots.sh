@@ -44,7 +44,7 @@ win=$(xdotool search --sync --name '^Inloop$' | head -1)
 sleep 3
 shot() { sleep "${2:-1}"; import -window "$win" "$out/$1.png"; echo "$out/$1.png"; }
 click() { xdotool mousemove --window "$win" "$1" "$2" click 1; sleep 0.4; }
-tab() { case $1 in Chat) click 33 50;; Models) click 33 125;; Data) click 33 210;; Train) click 33 295;; Decide) click 33 375;; Runs) click 33 460;; esac; }
+tab() { case $1 in Chat) click 33 50;; Models) click 33 125;; Data) click 33 210;; Train) click 33 295;; Decide) click 33 375;; Adapt) click 33 460;; Runs) click 33 545;; esac; }
 typeline() { xdotool type --delay 15 "$1"; xdotool key Return; }
 
 tab Chat
