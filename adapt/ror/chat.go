@@ -318,7 +318,8 @@ func (l *ChatLearner) event(k Kind) Event {
 func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Event, error) {
 	cur := l.current
 	ev := l.event(KindRetrain)
-	stepsBegan := time.Now()
+	var stepTime, flipTime time.Duration
+	timed := func(d *time.Duration, began time.Time) { *d += time.Since(began) }
 	var replay []ChatExample
 	for _, i := range l.rng.Perm(len(l.replay))[:min(l.opts.Replay, len(l.replay))] {
 		replay = append(replay, l.replay[i])
@@ -335,11 +336,12 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 		if rerr := l.restoreWork(cur); rerr != nil {
 			err = fmt.Errorf("%w (and restoring the adapter: %v)", err, rerr)
 		}
-		ev.StepMS = ms(time.Since(stepsBegan))
+		ev.StepMS, ev.FlipMS = ms(stepTime), ms(flipTime)
 		return ev, err
 	}
 	params := cur.params
 	prefers := func() (fixLoss float64, ok bool, err error) {
+		defer timed(&flipTime, time.Now())
 		fl, err := l.meanLoss(ctx, fix)
 		if err != nil {
 			return 0, false, err
@@ -347,12 +349,18 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 		wl, err := l.meanLoss(ctx, wrong)
 		return fl, fl < wl, err
 	}
+	// The loss before: the correction's alone (a step is always taken).
+	began := time.Now()
 	var err error
-	if ev.Loss, _, err = prefers(); err != nil {
+	ev.Loss, err = l.meanLoss(ctx, fix)
+	timed(&flipTime, began)
+	if err != nil {
 		return fail(err)
 	}
 	for ev.Steps < l.opts.MaxSteps {
+		began := time.Now()
 		sr, err := stepper.Step(ctx, params, batches)
+		timed(&stepTime, began)
 		if err != nil {
 			return fail(err)
 		}
@@ -367,7 +375,7 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 			break
 		}
 	}
-	ev.StepMS = ms(time.Since(stepsBegan))
+	ev.StepMS, ev.FlipMS = ms(stepTime), ms(flipTime)
 
 	checkBegan := time.Now()
 	acc, loss, err := l.anchorScore(ctx)

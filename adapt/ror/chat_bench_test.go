@@ -16,8 +16,10 @@ import (
 // the bundled demo model and on random-weight models with Qwen3-0.6B's config
 // (f32 and 4-bit):
 //
-//   - step-ms: the LoRA step on a correction (forward, backward, Adam) and
-//     the flip check (two forwards), MaxSteps 1;
+//   - step-ms: one LoRA step on a correction mixed with up to two replay
+//     replies (forward, backward, Adam);
+//   - flip-ms: the checks around it, the correction's loss before and
+//     whether the model now prefers it to its own reply (three forwards);
 //   - check-ms: scoring the anchor set (a forward per anchor);
 //   - undo-ms: installing the previous version;
 //   - stream20-ms: streaming 20 tokens of the same model after a 16-token
@@ -70,7 +72,7 @@ func benchChatRoR(b *testing.B, m *inference.Model) {
 	if err := l.AddAnchor(ctx, ex(1), ex(2), ex(3), ex(4)); err != nil {
 		b.Fatal(err)
 	}
-	best := map[string]float64{"step": math.Inf(1), "check": math.Inf(1), "undo": math.Inf(1), "stream20": math.Inf(1)}
+	best := map[string]float64{"step": math.Inf(1), "flip": math.Inf(1), "check": math.Inf(1), "undo": math.Inf(1), "stream20": math.Inf(1)}
 	k := 10
 	run := func() {
 		wrong := ex(k)
@@ -79,7 +81,7 @@ func benchChatRoR(b *testing.B, m *inference.Model) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		best["step"], best["check"] = min(best["step"], ev.StepMS), min(best["check"], ev.CheckMS)
+		best["step"], best["flip"], best["check"] = min(best["step"], ev.StepMS), min(best["flip"], ev.FlipMS), min(best["check"], ev.CheckMS)
 		if ev.Kind == KindRetrain {
 			u, err := l.Undo()
 			if err != nil {
@@ -94,7 +96,7 @@ func benchChatRoR(b *testing.B, m *inference.Model) {
 	for range b.N {
 		run()
 	}
-	for _, k := range []string{"step", "check", "undo", "stream20"} {
+	for _, k := range []string{"step", "flip", "check", "undo", "stream20"} {
 		b.ReportMetric(best[k], k+"-ms")
 	}
 	b.ReportMetric(best["step"]/best["stream20"], "step/stream20")

@@ -92,7 +92,7 @@ func TestChatLearner(t *testing.T) {
 	if ev.Kind != KindRetrain || !ev.Flipped || ev.Steps > DefaultMaxSteps || ev.LossAfter >= ev.Loss || ev.VersionAfter != 1 {
 		t.Fatalf("the correction did not take: %+v", ev)
 	}
-	if ev.StepMS <= 0 || ev.CheckMS <= 0 || math.IsNaN(ev.AnchorAfter) || ev.AnchorBefore-ev.AnchorAfter > DefaultChatAnchorMargin {
+	if ev.StepMS <= 0 || ev.FlipMS <= 0 || ev.CheckMS <= 0 || math.IsNaN(ev.AnchorAfter) || ev.AnchorBefore-ev.AnchorAfter > DefaultChatAnchorMargin {
 		t.Errorf("timings or anchor: %+v", ev)
 	}
 	moved := logits(t, m, probe)

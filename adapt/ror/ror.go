@@ -190,10 +190,13 @@ const (
 type Event struct {
 	Kind     Kind   `json:"kind"`
 	Question string `json:"question,omitempty"`
-	// MS is the wall time of the whole call; StepMS of its gradient steps and
-	// flip checks, CheckMS of the anchor check.
+	// MS is the wall time of the whole call; StepMS of its gradient steps
+	// (for a decision Learner, with their flip checks), FlipMS of a
+	// ChatLearner's checks whether the model prefers the correction yet,
+	// CheckMS of the anchor check.
 	MS      float64 `json:"ms"`
 	StepMS  float64 `json:"step_ms,omitempty"`
+	FlipMS  float64 `json:"flip_ms,omitempty"`
 	CheckMS float64 `json:"check_ms,omitempty"`
 	// VersionBefore and VersionAfter are the Learner's versions; equal when no
 	// weights changed.
