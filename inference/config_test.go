@@ -3,8 +3,12 @@ package inference
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/inloop/inloop/mlxbridge/quant"
 )
 
 // Real config.json files (trimmed of fields we ignore only where noted).
@@ -202,10 +206,39 @@ func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{smolConfig, qwen3Config, llama32Config, mlxQwenConfig} {
 		f.Add([]byte(s))
 	}
+	// What mlx_lm.convert --quant-predicate mixed_3_6 writes (null group sizes).
+	if mixed, err := os.ReadFile(filepath.Join("testdata", "mlxlm", "mixed_3_6", "config.json")); err == nil {
+		f.Add(mixed)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
 			return
+		}
+		// A validated quantization resolves every module to bits and a group size
+		// MLX supports, in affine mode; written back, it parses to the same.
+		if q := c.Quantization; q != nil {
+			for path := range q.Overrides {
+				p, ok := q.For(path)
+				if ok && (quant.Validate(p.Bits, p.GroupSize) != nil || checkMode(path, p.Mode) != nil) {
+					t.Fatalf("%s resolved to %+v", path, p)
+				}
+			}
+			out, err := c.JSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseConfig(out)
+			if err != nil {
+				t.Fatalf("written back, the config no longer parses: %v\n%s", err, out)
+			}
+			for path := range q.Overrides {
+				a, aok := q.For(path)
+				b, bok := back.Quantization.For(path)
+				if aok != bok || a.Bits != b.Bits || a.GroupSize != b.GroupSize {
+					t.Fatalf("%s: %+v %v, written back %+v %v", path, a, aok, b, bok)
+				}
+			}
 		}
 		// A config that validates must give sizes the model code can build on.
 		if c.Head()%2 != 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 || c.VocabSize <= 0 {
