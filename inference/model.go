@@ -359,6 +359,59 @@ func (m *Model) ForwardLast(tokens *mx.Array, cache *Cache) *mx.Array {
 	return mx.Squeeze(m.head(last), 1)
 }
 
+// Prefix runs tokens (B, L) through the embedding and blocks [0, k) from
+// position 0, with no cache, and returns the hidden states (B, L, hidden) there.
+// With Suffix it is Forward cut in two: a learner whose adapters sit only in
+// blocks k and above computes the prefix of its examples once and steps through
+// the suffix alone.
+func (m *Model) Prefix(tokens *mx.Array, k int) *mx.Array {
+	if k < 0 || k > len(m.layers) {
+		return mx.Errorf("inference: prefix of %d blocks, model has %d", k, len(m.layers))
+	}
+	if err := tokens.Err(); err != nil {
+		return tokens
+	}
+	if tokens.Ndim() != 2 || tokens.DType() != mx.Int32 {
+		return mx.Errorf("inference: tokens must be (B, L) int32, got %s", tokens)
+	}
+	if p := m.cfg.MaxPositionEmbeddings; p > 0 && tokens.Dim(1) > p {
+		return mx.Errorf("inference: %d positions exceed max_position_embeddings %d", tokens.Dim(1), p)
+	}
+	h := m.Embed.Forward(tokens)
+	for _, blk := range m.layers[:k] {
+		if h.Err() != nil {
+			break
+		}
+		h = blk.Forward(h, nil)
+	}
+	return h
+}
+
+// Suffix continues a Prefix: blocks [k, n) over all of h's positions, then the
+// head over positions from and after only, returning their logits
+// (B, L−from, vocab).
+func (m *Model) Suffix(h *mx.Array, k, from int) *mx.Array {
+	if k < 0 || k > len(m.layers) {
+		return mx.Errorf("inference: suffix from block %d, model has %d", k, len(m.layers))
+	}
+	if err := h.Err(); err != nil {
+		return h
+	}
+	if h.Ndim() != 3 || from < 0 || from >= h.Dim(1) {
+		return mx.Errorf("inference: suffix of %s from position %d", h, from)
+	}
+	for _, blk := range m.layers[k:] {
+		if h.Err() != nil {
+			return h
+		}
+		h = blk.Forward(h, nil)
+	}
+	return m.head(mx.SliceAxis(h, 1, from, h.Dim(1)))
+}
+
+// Blocks is the number of transformer blocks.
+func (m *Model) Blocks() int { return len(m.layers) }
+
 // Hidden returns the normalized final hidden states (B, L, hidden): the features a
 // decision head reads.
 func (m *Model) Hidden(tokens *mx.Array, cache *Cache) *mx.Array {

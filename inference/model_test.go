@@ -267,3 +267,27 @@ func TestChunkedPrefill(t *testing.T) {
 		t.Errorf("chunked prefill: max |Δ| = %g", d)
 	}
 }
+
+// Prefix then Suffix is Forward, for every cut, on the positions asked for.
+func TestPrefixSuffixIsForward(t *testing.T) {
+	b := cpu(t)
+	cfg := tinyConfig("qwen3")
+	m := NewRandom(cfg, 5, b)
+	ids, _ := m.Tokens(tokenSeq(9, cfg.VocabSize, 4))
+	want := floats(t, m.Forward(ids, nil))
+	v := cfg.VocabSize
+	for k := 0; k <= m.Blocks(); k++ {
+		got := floats(t, m.Suffix(m.Prefix(ids, k), k, 3))
+		if len(got) != 6*v {
+			t.Fatalf("k=%d: %d logits, want %d", k, len(got), 6*v)
+		}
+		for i, g := range got {
+			if d := g - want[3*v+i]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("k=%d: logit %d is %v, Forward %v", k, i, g, want[3*v+i])
+			}
+		}
+	}
+	if m.Prefix(ids, m.Blocks()+1).Err() == nil || m.Suffix(m.Prefix(ids, 1), 1, 9).Err() == nil {
+		t.Error("an out-of-range cut or position was taken")
+	}
+}
