@@ -127,8 +127,9 @@ type ChatLearner struct {
 	mu       sync.Mutex // one learning call at a time; guards what follows but feedback
 	fb       sync.Mutex // guards feedback
 	version  atomic.Uint64
-	anchor   []ChatExample
-	replay   []ChatExample
+	cut      int // the first block with the correction adapter: examples' prefixes below it are cached
+	anchor   []*chatItem
+	replay   []*chatItem
 	ups      int
 	rng      *rand.Rand
 	versions []*chatVersion
@@ -160,6 +161,9 @@ func NewChat(m *inference.Model, turn sync.Locker, opts ChatOptions) (*ChatLearn
 	o := optim.NewAdam(optim.Constant(float32(opts.LearningRate)))
 	o.BiasCorrection = true
 	l := &ChatLearner{live: m, turn: turn, m: m.Fork(), opts: opts, opt: o, rng: rand.New(rand.NewPCG(opts.Seed, 0x0c4a7))}
+	if n := m.Blocks(); opts.Layers >= 0 && opts.Layers < n {
+		l.cut = n - opts.Layers
+	}
 	for i := range l.feedback {
 		l.feedback[i] = Bucket{Low: float64(i) / Buckets, High: float64(i+1) / Buckets}
 	}
@@ -212,7 +216,9 @@ func (l *ChatLearner) AddAnchor(ctx context.Context, exs ...ChatExample) error {
 			return err
 		}
 	}
-	l.anchor = append(l.anchor, exs...)
+	for _, ex := range exs {
+		l.anchor = append(l.anchor, l.item(ex))
+	}
 	acc, _, err := l.anchorScore(ctx)
 	if err == nil {
 		l.current.anchor = acc
@@ -261,7 +267,7 @@ func (l *ChatLearner) ThumbUp(ctx context.Context, ex ChatExample, p float64) (E
 	}
 	ev.Confidence, ev.Adjusted = p, l.record(p, true)
 	if l.ups%2 == 0 {
-		l.anchor = append(l.anchor, ex)
+		l.anchor = append(l.anchor, l.item(ex))
 		acc, _, err := l.anchorScore(ctx)
 		if err != nil {
 			return ev, err
@@ -269,10 +275,7 @@ func (l *ChatLearner) ThumbUp(ctx context.Context, ex ChatExample, p float64) (E
 		l.current.anchor = acc
 		ev.AnchorAfter, ev.Detail = acc, "kept for the anchor set"
 	} else {
-		l.replay = append(l.replay, ex)
-		if len(l.replay) > DefaultReplayCap {
-			l.replay = l.replay[1:]
-		}
+		l.remember(l.item(ex))
 		ev.Detail = "kept for replay"
 	}
 	l.ups++
@@ -301,7 +304,7 @@ func (l *ChatLearner) ThumbDown(ctx context.Context, ex ChatExample, p float64, 
 	if err := l.check(fix); err != nil {
 		return ev, err
 	}
-	step, err := l.retrain(ctx, fix, ex)
+	step, err := l.retrain(ctx, l.item(fix), l.item(ex))
 	step.Confidence, step.Adjusted = ev.Confidence, ev.Adjusted
 	step.Escalate = step.Adjusted < l.opts.Threshold
 	step.MS = ms(time.Since(began))
@@ -315,20 +318,25 @@ func (l *ChatLearner) event(k Kind) Event {
 
 // retrain steps on fix (mixed with replay) until the model prefers it to
 // wrong, then checks the anchor set and keeps or rolls back.
-func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Event, error) {
+func (l *ChatLearner) retrain(ctx context.Context, fix, wrong *chatItem) (Event, error) {
 	cur := l.current
 	ev := l.event(KindRetrain)
 	var stepTime, flipTime time.Duration
 	timed := func(d *time.Duration, began time.Time) { *d += time.Since(began) }
-	var replay []ChatExample
+	var replay []*chatItem
 	for _, i := range l.rng.Perm(len(l.replay))[:min(l.opts.Replay, len(l.replay))] {
 		replay = append(replay, l.replay[i])
 	}
-	batches := []trainer.Batch{trainer.NextToken(l.batch(fix))}
+	began := time.Now()
+	if err := l.prefix(ctx, append([]*chatItem{fix, wrong}, replay...)...); err != nil {
+		return ev, err
+	}
+	timed(&stepTime, began)
+	batches := []trainer.Batch{l.lossBatch(fix)}
 	for _, r := range replay {
-		b := trainer.NextToken(l.batch(r))
+		b := l.lossBatch(r)
 		// The correction weighs as much as the replay together.
-		b.Weight *= batches[0].Weight / float32(len(replay)) / b.Weight
+		b.Weight = batches[0].Weight / float32(len(replay))
 		batches = append(batches, b)
 	}
 	stepper := trainer.Stepper{Bind: trainer.Adapters(l.m), Optimizer: l.opt, ClipNorm: l.opts.ClipNorm}
@@ -350,7 +358,7 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 		return fl, fl < wl, err
 	}
 	// The loss before: the correction's alone (a step is always taken).
-	began := time.Now()
+	began = time.Now()
 	var err error
 	ev.Loss, err = l.meanLoss(ctx, fix)
 	timed(&flipTime, began)
@@ -409,7 +417,7 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong ChatExample) (Even
 		l.versions = append(l.versions[:1], l.versions[1+extra:]...)
 		l.undo = slices.DeleteFunc(l.undo, func(u *chatVersion) bool { return slices.Contains(gone, u) })
 	}
-	l.replay = append(l.replay, fix)
+	l.remember(fix)
 	ev.VersionAfter = v.id
 	return ev, nil
 }
@@ -509,9 +517,19 @@ func (l *ChatLearner) Params() map[string]*mx.Array {
 	return maps.Clone(l.current.params)
 }
 
-// batch is ex as a one-row next-token batch that learns the reply's tokens,
-// the conversation cut to its last MaxTokens tokens.
-func (l *ChatLearner) batch(ex ChatExample) data.Batch {
+// chatItem is an example laid out for the learner: its next-token batch,
+// the first position whose target is a reply token, and the hidden states
+// below the adapted blocks, computed once (nil until needed).
+type chatItem struct {
+	ex    ChatExample
+	bt    data.Batch
+	first int
+	h     *mx.Array
+}
+
+// item lays ex out: the conversation cut to its last MaxTokens tokens, the
+// reply's tokens learned.
+func (l *ChatLearner) item(ex ChatExample) *chatItem {
 	prompt := ex.Prompt
 	if keep := l.opts.MaxTokens - len(ex.Reply); len(prompt) > keep {
 		prompt = prompt[len(prompt)-max(keep, 1):]
@@ -526,16 +544,75 @@ func (l *ChatLearner) batch(ex ChatExample) data.Batch {
 			bt.Mask[i] = 1
 		}
 	}
-	return bt
+	return &chatItem{ex: ex, bt: bt, first: len(prompt) - 1}
 }
 
-// meanLoss is the model's mean loss per reply token of ex.
-func (l *ChatLearner) meanLoss(ctx context.Context, ex ChatExample) (float64, error) {
-	if err := ctx.Err(); err != nil {
+// cachedReplay is how many of the newest replay items keep their prefix (on
+// Qwen3-0.6B's shape, 400 KB for a 96-token item); older ones compute it again
+// when drawn.
+const cachedReplay = 32
+
+// remember adds it to the replay buffer, oldest out first past the cap.
+func (l *ChatLearner) remember(it *chatItem) {
+	l.replay = append(l.replay, it)
+	if len(l.replay) > DefaultReplayCap {
+		l.replay[0] = nil
+		l.replay = l.replay[1:]
+	}
+	if i := len(l.replay) - 1 - cachedReplay; i >= 0 {
+		l.replay[i].h = nil
+	}
+}
+
+// prefix computes the items' hidden states below the adapted blocks, where
+// missing. The blocks below carry no weights the learner trains, so they hold
+// for every version.
+func (l *ChatLearner) prefix(ctx context.Context, items ...*chatItem) error {
+	for _, it := range items {
+		if it.h != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h := l.m.Prefix(mx.FromData(l.m.Backend(), mx.Int32, it.bt.IDs, 1, it.bt.L), l.cut)
+		if err := mx.Eval(h); err != nil {
+			return fmt.Errorf("ror: %w", err)
+		}
+		it.h = h
+	}
+	return nil
+}
+
+// logits are m's logits for it's reply positions, from its prefix.
+func (l *ChatLearner) logits(m *inference.Model, it *chatItem) *mx.Array {
+	return m.Suffix(it.h, l.cut, it.first)
+}
+
+// loss is m's mean loss over it's reply tokens.
+func (l *ChatLearner) loss(m *inference.Model, it *chatItem) *mx.Array {
+	b := m.Backend()
+	n := it.bt.L - it.first
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	return mx.CrossEntropyMasked(l.logits(m, it), mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], 1, n), mx.FromData(b, mx.Float32, ones, 1, n))
+}
+
+// lossBatch is it as a Batch for the shared training step (its prefix must
+// be computed).
+func (l *ChatLearner) lossBatch(it *chatItem) trainer.Batch {
+	return trainer.Batch{Weight: float32(it.bt.L - it.first), Tokens: int64(it.bt.L),
+		Loss: func(m *inference.Model, _ map[string]*mx.Array) *mx.Array { return l.loss(m, it) }}
+}
+
+// meanLoss is the model's mean loss per reply token of it.
+func (l *ChatLearner) meanLoss(ctx context.Context, it *chatItem) (float64, error) {
+	if err := l.prefix(ctx, it); err != nil {
 		return 0, err
 	}
-	b := trainer.NextToken(l.batch(ex))
-	v, err := b.Loss(l.m, nil).Float32s()
+	v, err := l.loss(l.m, it).Float32s()
 	if err != nil {
 		return 0, fmt.Errorf("ror: %w", err)
 	}
@@ -544,40 +621,44 @@ func (l *ChatLearner) meanLoss(ctx context.Context, ex ChatExample) (float64, er
 
 // anchorScore is the anchor set's next-token accuracy over the reply tokens
 // (teacher-forced: the share of them the model ranks first) and its mean loss
-// per reply token; NaN for both when the set is empty. One forward pass per
-// example; only the argmax of each reply position leaves the backend.
+// per reply token; NaN for both when the set is empty. Each anchor's prefix is
+// computed once; a check runs the adapted blocks and the head over the reply
+// positions, and only their argmax leaves the backend.
 func (l *ChatLearner) anchorScore(ctx context.Context) (acc, loss float64, err error) {
 	if len(l.anchor) == 0 {
 		return math.NaN(), math.NaN(), nil
 	}
+	if err := l.prefix(ctx, l.anchor...); err != nil {
+		return 0, 0, err
+	}
 	var right, lossSum, n float64
 	b := l.m.Backend()
-	for _, ex := range l.anchor {
+	for _, it := range l.anchor {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, err
 		}
-		bt := l.batch(ex)
-		first := slices.Index(bt.Mask, 1)
-		ids := mx.FromData(b, mx.Int32, bt.IDs, 1, bt.L)
-		logits := l.m.Forward(ids, nil)
-		ce := mx.CrossEntropyMasked(logits, mx.FromData(b, mx.Int32, bt.Targets, 1, bt.L), mx.FromData(b, mx.Float32, bt.Mask, 1, bt.L))
-		top := mx.ArgMax(mx.SliceAxis(logits, 1, first, bt.L), -1, false)
+		k := it.bt.L - it.first
+		ones := make([]float32, k)
+		for i := range ones {
+			ones[i] = 1
+		}
+		logits := l.logits(l.m, it)
+		ce := mx.CrossEntropyMasked(logits, mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], 1, k), mx.FromData(b, mx.Float32, ones, 1, k))
 		v, err := ce.Float32s()
 		if err != nil {
 			return 0, 0, fmt.Errorf("ror: %w", err)
 		}
-		got, err := top.Int32s()
+		got, err := mx.ArgMax(logits, -1, false).Int32s()
 		if err != nil {
 			return 0, 0, fmt.Errorf("ror: %w", err)
 		}
 		for i, g := range got {
-			if g == bt.Targets[first+i] {
+			if g == it.bt.Targets[it.first+i] {
 				right++
 			}
 		}
-		k := float64(len(got))
-		lossSum += float64(v[0]) * k
-		n += k
+		lossSum += float64(v[0]) * float64(k)
+		n += float64(k)
 	}
 	return right / n, lossSum / n, nil
 }
