@@ -117,6 +117,12 @@ func mlxlmBaseDir(t *testing.T, name string) string {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The mlx backend is linked in for the MLX-exact checks; every other test here
+	// makes arrays on the default backend, and that stays cpu even where libmlxc
+	// loads (auto would pick mlx and mix the two).
+	if b, err := mx.Open("cpu"); err == nil {
+		mx.SetDefault(b)
+	}
 	code := m.Run()
 	if mlxlmFolders.dir != "" {
 		os.RemoveAll(mlxlmFolders.dir)
