@@ -94,6 +94,11 @@ func newChatScreen(u *UI) *chatScreen {
 			widget.NewFormItem("Max tokens", c.maxTokens),
 			widget.NewFormItem("System", c.system),
 			widget.NewFormItem("Adapt", c.ttt),
+			widget.NewFormItem("", widget.NewButton("Measure the KV-cache tax of this model…", func() {
+				if c.model.Selected != "" {
+					c.showTax(c.model.Selected)
+				}
+			})),
 		)))
 	top := container.NewVBox(
 		container.NewBorder(nil, nil, nil, newBtn, container.NewGridWithColumns(2,
