@@ -331,7 +331,7 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong *chatItem) (Event,
 	if err := l.prefix(ctx, append([]*chatItem{fix, wrong}, replay...)...); err != nil {
 		return ev, err
 	}
-	timed(&stepTime, began)
+	ev.ReadMS = ms(time.Since(began))
 	batches := []trainer.Batch{l.lossBatch(fix)}
 	for _, r := range replay {
 		b := l.lossBatch(r)

@@ -193,8 +193,10 @@ type Event struct {
 	// MS is the wall time of the whole call; StepMS of its gradient steps
 	// (for a decision Learner, with their flip checks), FlipMS of a
 	// ChatLearner's checks whether the model prefers the correction yet,
-	// CheckMS of the anchor check.
+	// ReadMS of its reading the new examples through the blocks below the
+	// adapter (once per example), CheckMS of the anchor check.
 	MS      float64 `json:"ms"`
+	ReadMS  float64 `json:"read_ms,omitempty"`
 	StepMS  float64 `json:"step_ms,omitempty"`
 	FlipMS  float64 `json:"flip_ms,omitempty"`
 	CheckMS float64 `json:"check_ms,omitempty"`
