@@ -7,7 +7,11 @@
 //     after the answer;
 //   - ror: reinforce-or-retrain, a confidence-gated step on the user's feedback,
 //     checked against an anchor set and rolled back if it hurts;
-//   - deltamem and tao, as DESIGN.md describes them.
+//   - deltamem: an online memory, a small state per layer that a session writes
+//     as it reads and whose readout corrects attention, so what left the
+//     context still counts, with no tokens added; it changes no weights, only
+//     the session's state, which the Workspace stores in versions;
+//   - tao, as DESIGN.md describes it.
 //
 // Each is a small policy over an *inference.Model and its adapter stack,
 // testable on its own. They train with training/trainer's Stepper, time every
