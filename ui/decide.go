@@ -39,6 +39,7 @@ type decideScreen struct {
 	taskInfo  *widget.Label
 	rows      *widget.Entry
 	rowsInfo  *widget.Label
+	rowsSeq   int // the latest reading of the rows: an older one finishing late says nothing
 	steps     *widget.Entry
 	heldout   *widget.Entry
 	maxRows   *widget.Entry
@@ -280,12 +281,18 @@ func (s *decideScreen) showTask() {
 	s.taskInfo.SetText(fmt.Sprintf("%d questions: %s", len(t.Questions), app.TaskSummary(t)))
 	rowsPath := strings.TrimSpace(s.rows.Text)
 	if rowsPath == "" && path != app.SampleTask {
+		s.rowsSeq++
 		s.rowsInfo.SetText("")
 		return
 	}
+	s.rowsSeq++
+	seq := s.rowsSeq
 	go func() {
 		rep, err := app.ReadDecisionRows(t, path, rowsPath, true)
 		s.u.do(func() {
+			if seq != s.rowsSeq {
+				return
+			}
 			if err != nil {
 				s.rowsInfo.SetText(app.UserMessage(err))
 				return
