@@ -66,6 +66,10 @@ func TestChatMemoryLifecycle(t *testing.T) {
 	if t1.Memory == nil || t1.Memory.Version != 1 || t1.Memory.Writes == 0 || !(t1.Memory.Norm > 0) {
 		t.Fatalf("first turn's memory: %+v", t1.Memory)
 	}
+	if t1.Stats.PromptTokens != before.Stats.PromptTokens || t1.Stats.KVBytes > before.Stats.KVBytes {
+		t.Fatalf("with the memory the prompt took %d tokens and the cache %d bytes; without, %d and %d: the memory must add none",
+			t1.Stats.PromptTokens, t1.Stats.KVBytes, before.Stats.PromptTokens, before.Stats.KVBytes)
+	}
 	c.Reset() // the KV cache and the conversation go; the memory stays
 	t2, err := c.Send(ctx, "what is the code?", nil)
 	if err != nil {
