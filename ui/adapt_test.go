@@ -55,3 +55,26 @@ func TestAdaptScreenRunsARoundAndListsTheHistory(t *testing.T) {
 		t.Errorf("history after the round: %+v", s.events)
 	}
 }
+
+// Memory in Chat: with no trained memory the switch says where to train one
+// and stays off; the Adapt screen says the same. TTT and memory exclude each
+// other.
+func TestMemorySwitchNeedsATrainedMemory(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	c := u.chat
+	locked(u, func() {
+		c.newChat()
+		c.memory.SetChecked(true)
+	})
+	if c.memory.Checked || !strings.Contains(c.status.Text, "Adapt screen") {
+		t.Errorf("memory switch on a model without one: checked %v, status %q", c.memory.Checked, c.status.Text)
+	}
+	locked(u, func() { u.show("Adapt") })
+	if !strings.Contains(u.adapt.memInfo.Text, "no trained memory yet") || u.adapt.memTrain.Text != "Train the memory" {
+		t.Errorf("Adapt says %q, button %q", u.adapt.memInfo.Text, u.adapt.memTrain.Text)
+	}
+	locked(u, func() { c.ttt.SetChecked(true) })
+	if !c.ttt.Checked || c.session == nil {
+		t.Errorf("TTT on: checked %v, session %v", c.ttt.Checked, c.session != nil)
+	}
+}

@@ -29,6 +29,7 @@ type chatScreen struct {
 	maxTokens      *widget.Entry
 	system         *widget.Entry
 	ttt            *widget.Check
+	memory         *widget.Check // δ-mem
 
 	list   *fyne.Container // the messages
 	scroll *container.Scroll
@@ -61,7 +62,27 @@ func newChatScreen(u *UI) *chatScreen {
 	c.system = widget.NewMultiLineEntry()
 	c.system.SetPlaceHolder("System prompt (optional)")
 	c.system.SetMinRowsVisible(2)
-	c.ttt = widget.NewCheck("Learn from each message before answering (test-time training; the lesson is discarded after the reply)", func(bool) { c.newChat() })
+	c.ttt = widget.NewCheck("Learn from each message before answering (test-time training; the lesson is discarded after the reply)", func(on bool) {
+		if on && c.memory.Checked {
+			c.memory.SetChecked(false) // the two do not mix; that starts the new chat
+			return
+		}
+		c.newChat()
+	})
+	c.memory = widget.NewCheck("Remember what scrolls out of the context (δ-mem: an online memory, no tokens added)", func(on bool) {
+		if on {
+			if _, ok := c.u.ws.MemoryFile(c.u.ctx, c.model.Selected); !ok {
+				c.memory.SetChecked(false) // starts a new chat, which clears the status line
+				c.status.SetText("This model has no trained memory yet: train one on the Adapt screen.")
+				return
+			}
+			if c.ttt.Checked {
+				c.ttt.SetChecked(false)
+				return
+			}
+		}
+		c.newChat()
+	})
 
 	c.list = container.NewVBox()
 	c.scroll = container.NewVScroll(c.list)
@@ -94,6 +115,7 @@ func newChatScreen(u *UI) *chatScreen {
 			widget.NewFormItem("Max tokens", c.maxTokens),
 			widget.NewFormItem("System", c.system),
 			widget.NewFormItem("Adapt", c.ttt),
+			widget.NewFormItem("Memory", c.memory),
 			widget.NewFormItem("", widget.NewButton("Measure the KV-cache tax of this model…", func() {
 				if c.model.Selected != "" {
 					c.showTax(c.model.Selected)
@@ -161,6 +183,9 @@ func (c *chatScreen) newChat() {
 		Sampling: app.Sampling{Temperature: c.temp.Value, TopP: 0.95}}
 	if c.ttt.Checked {
 		spec.TTT = &app.TTTOptions{}
+	}
+	if c.memory.Checked {
+		spec.Memory = &app.ChatMemory{}
 	}
 	c.list.RemoveAll()
 	c.kv.SetValue(0)
@@ -237,6 +262,9 @@ func (c *chatScreen) submit() {
 			text := fmt.Sprintf("confidence %.0f%% · ", 100*turn.Confidence) + replyStats(turn.Stats)
 			if turn.LowConfidence {
 				text = "low confidence, check this reply · " + text
+			}
+			if m := turn.Memory; m != nil {
+				text = fmt.Sprintf("memory wrote %d positions in %.1f ms · ", m.Writes, m.MS) + text
 			}
 			if r := turn.TTT; r != nil && len(r.Steps) > 0 {
 				text = fmt.Sprintf("learned %d steps in %.0f ms · ", len(r.Steps), r.TotalMS) + text
