@@ -289,12 +289,12 @@ func (s *adaptScreen) trainMemory() {
 				s.memInfo.SetText("Not trained: " + app.UserMessage(err) + ".")
 				return
 			}
+			s.refreshHistory() // first: it resets the memory line, which the report replaces
 			s.memTrain.SetText("Train it again")
 			r := rep.Recall
 			s.memInfo.SetText(fmt.Sprintf("Trained on %d documents and saved to %s. On documents it never saw, once the context had dropped a passage: "+
 				"%.1f%% of its answer tokens recalled with the memory, %.1f%% without, %.1f%% with a memory of another passage. Turn it on in Chat's settings.",
 				rep.Documents, rep.Path, 100*r.With.Accuracy, 100*r.Without.Accuracy, 100*r.Control.Accuracy))
-			s.refreshHistory()
 		})
 	}()
 }

@@ -228,6 +228,7 @@ func (c *chatScreen) submit() {
 	reply.Wrapping = fyne.TextWrapWord
 	stats := widget.NewLabel("")
 	stats.TextStyle = fyne.TextStyle{Italic: true}
+	stats.Wrapping = fyne.TextWrapWord // a long line (memory, TTT, confidence) must not widen the window
 	thumbs := container.NewHBox()
 	c.list.Add(container.NewVBox(widget.NewLabelWithStyle(c.session.Info.Name, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), reply,
 		container.NewBorder(nil, nil, nil, thumbs, stats)))
