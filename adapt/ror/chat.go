@@ -147,15 +147,7 @@ func NewChat(m *inference.Model, turn sync.Locker, opts ChatOptions) (*ChatLearn
 	if opts.Threshold < 0 || opts.Threshold > 1 || opts.LearningRate <= 0 || opts.AnchorMargin < 0 || opts.MaxSteps < 1 {
 		return nil, fmt.Errorf("ror: chat options %+v", opts)
 	}
-	a, _, err := lora.New(m, lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed})
-	if err != nil {
-		return nil, fmt.Errorf("ror: %w", err)
-	}
-	loras := make(map[string]inference.LoRA, len(a.Paths()))
-	for _, p := range a.Paths() {
-		loras[p], _ = a.LoRA(p)
-	}
-	if _, err := m.PushAdapter(inference.NewAdapter("ror", loras)); err != nil {
+	if _, err := lora.Apply(m, lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed, Name: "ror"}); err != nil {
 		return nil, fmt.Errorf("ror: %w", err)
 	}
 	o := optim.NewAdam(optim.Constant(float32(opts.LearningRate)))

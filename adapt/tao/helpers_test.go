@@ -3,6 +3,7 @@ package tao
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -61,7 +62,9 @@ func pushUserAdapter(t testing.TB, m *inference.Model, seed uint64) {
 	}
 	r := rand.New(rand.NewPCG(seed, 1))
 	ps := map[string]*mx.Array{}
-	for n, p := range lora.Params(m) {
+	params := lora.Params(m)
+	for _, n := range slices.Sorted(maps.Keys(params)) { // in order: the same draws for the same weights every run
+		p := params[n]
 		if n[len(n)-1] == 'b' {
 			s := p.Shape()
 			v := make([]float32, s[0]*s[1])

@@ -63,11 +63,9 @@ func Round(ctx context.Context, m *inference.Model, rep *inference.Replier, prom
 	work := m.Fork()
 	res.Fresh = opts.NewAdapter || work.TopAdapter() == nil
 	if res.Fresh {
-		a, _, err := lora.New(work, opts.LoRA)
-		if err != nil {
-			return res, fmt.Errorf("tao: %w", err)
-		}
-		if _, err := work.PushAdapter(inference.NewAdapter("tao", adapterLoRAs(a))); err != nil {
+		cfg := opts.LoRA
+		cfg.Name = "tao"
+		if _, err := lora.Apply(work, cfg); err != nil {
 			return res, fmt.Errorf("tao: %w", err)
 		}
 	}
@@ -370,13 +368,6 @@ func padToken(m *inference.Model) int {
 }
 
 // adapterLoRAs copies an adapter's LoRA updates, to give it another name.
-func adapterLoRAs(a *inference.Adapter) map[string]inference.LoRA {
-	out := make(map[string]inference.LoRA, len(a.Paths()))
-	for _, p := range a.Paths() {
-		out[p], _ = a.LoRA(p)
-	}
-	return out
-}
 
 func mean2(x [][]float64) float64 {
 	var s, n float64

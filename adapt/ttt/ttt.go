@@ -290,15 +290,11 @@ func Adapt(ctx context.Context, m *inference.Model, chunks [][]int, opts Options
 // newAdapter is a fresh LoRA adapter (lora_b zero, so it changes nothing until
 // trained) named "ttt", so a stack listing shows what it is.
 func newAdapter(m *inference.Model, opts Options) (*inference.Adapter, error) {
-	a, _, err := lora.New(m, lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed})
+	a, _, err := lora.New(m, lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed, Name: "ttt"})
 	if err != nil {
 		return nil, fmt.Errorf("ttt: %w", err)
 	}
-	loras := make(map[string]inference.LoRA, len(a.Paths()))
-	for _, p := range a.Paths() {
-		loras[p], _ = a.LoRA(p)
-	}
-	return inference.NewAdapter("ttt", loras), nil
+	return a, nil
 }
 
 func newOptimizer(lr float64) optim.Optimizer {

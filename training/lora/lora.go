@@ -49,6 +49,9 @@ type Config struct {
 	// linear layer of the block.
 	Keys []string
 	Seed uint64 // initialization of lora_a
+	// Name names the adapter in a stack listing ("ttt", "ror", "tao"; empty:
+	// "lora"). It is not saved.
+	Name string `json:"-"`
 }
 
 // WithDefaults fills the zero fields with mlx-lm's defaults.
@@ -177,7 +180,11 @@ func New(m *inference.Model, cfg Config) (*inference.Adapter, []string, error) {
 			Scale: float32(cfg.Scale),
 		}
 	})
-	return inference.NewAdapter("lora", loras), paths, nil
+	name := cfg.Name
+	if name == "" {
+		name = "lora"
+	}
+	return inference.NewAdapter(name, loras), paths, nil
 }
 
 // Apply pushes a fresh adapter (see New) onto m's adapter stack and returns the
