@@ -132,10 +132,8 @@ type ChatLearner struct {
 	replay   []*chatItem
 	ups      int
 	rng      *rand.Rand
-	versions []*chatVersion
+	hist     history[chatVersion]
 	current  *chatVersion
-	undo     []*chatVersion
-	nextID   uint64
 	feedback [Buckets]Bucket
 }
 
@@ -160,7 +158,7 @@ func NewChat(m *inference.Model, turn sync.Locker, opts ChatOptions) (*ChatLearn
 		l.feedback[i] = Bucket{Low: float64(i) / Buckets, High: float64(i+1) / Buckets}
 	}
 	v := &chatVersion{params: lora.Params(m), opt: o.State(), anchor: math.NaN()}
-	l.versions, l.current, l.nextID = []*chatVersion{v}, v, 1
+	l.hist, l.current = newHistory(v, opts.History, func(v *chatVersion) uint64 { return v.id }), v
 	return l, nil
 }
 
@@ -397,18 +395,11 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong *chatItem) (Event,
 	} else {
 		ev.Detail = fmt.Sprintf("anchor loss per token %.4f after", loss)
 	}
-	v := &chatVersion{id: l.nextID, params: params, opt: l.opt.State(), anchor: acc}
+	v := &chatVersion{id: l.hist.peekID(), params: params, opt: l.opt.State(), anchor: acc}
 	if err := l.publish(v); err != nil {
 		return fail(err)
 	}
-	l.nextID++
-	l.versions = append(l.versions, v)
-	l.undo = append(l.undo, cur)
-	if extra := len(l.versions) - 1 - l.opts.History; extra > 0 {
-		gone := slices.Clone(l.versions[1 : 1+extra])
-		l.versions = append(l.versions[:1], l.versions[1+extra:]...)
-		l.undo = slices.DeleteFunc(l.undo, func(u *chatVersion) bool { return slices.Contains(gone, u) })
-	}
+	l.hist.add(v, cur)
 	l.remember(fix)
 	ev.VersionAfter = v.id
 	return ev, nil
@@ -453,14 +444,14 @@ func (l *ChatLearner) Undo() (Event, error) {
 	defer l.mu.Unlock()
 	began := time.Now()
 	ev := l.event(KindUndo)
-	if len(l.undo) == 0 {
+	prev, ok := l.hist.lastUndo()
+	if !ok {
 		return ev, ErrNothingToUndo
 	}
-	prev := l.undo[len(l.undo)-1]
 	if err := l.install(prev); err != nil {
 		return ev, err
 	}
-	l.undo = l.undo[:len(l.undo)-1]
+	l.hist.dropUndo()
 	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
@@ -472,18 +463,18 @@ func (l *ChatLearner) RestoreVersion(id uint64) (Event, error) {
 	defer l.mu.Unlock()
 	began := time.Now()
 	ev := l.event(KindRestore)
-	i := slices.IndexFunc(l.versions, func(v *chatVersion) bool { return v.id == id })
-	if i < 0 {
+	v := l.hist.find(id)
+	if v == nil {
 		return ev, fmt.Errorf("%w: %d", ErrVersion, id)
 	}
-	prev, v := l.current, l.versions[i]
+	prev := l.current
 	if v == prev {
 		return ev, nil
 	}
 	if err := l.install(v); err != nil {
 		return ev, err
 	}
-	l.undo = append(l.undo, prev)
+	l.hist.restored(prev)
 	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
@@ -495,11 +486,7 @@ func (l *ChatLearner) Version() uint64 { return l.version.Load() }
 func (l *ChatLearner) Versions() []uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]uint64, len(l.versions))
-	for i, v := range l.versions {
-		out[i] = v.id
-	}
-	return out
+	return l.hist.ids()
 }
 
 // Params are the correction adapter's current weights (lora's names), to save.

@@ -263,10 +263,8 @@ type Learner struct {
 	anchor     []*item
 	replay     []*item
 	rng        *rand.Rand
-	versions   []*version // oldest first
+	hist       history[version]
 	current    *version
-	undo       []*version // what Undo goes back to, most recent last
-	nextID     uint64
 	nextGen    uint64
 	trainables []string // head weights that learn
 
@@ -330,7 +328,7 @@ func newLearner(m *decide.Model, base *inference.Model, tok *tokenizer.Tokenizer
 	}
 	slices.Sort(l.trainables)
 	v := &version{head: head, adapter: l.live.AdapterSnapshot(), anchor: math.NaN()}
-	l.versions, l.current, l.nextID = []*version{v}, v, 1
+	l.hist, l.current = newHistory(v, opts.History, func(v *version) uint64 { return v.id }), v
 	return l, nil
 }
 

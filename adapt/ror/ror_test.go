@@ -397,7 +397,7 @@ func TestHistoryKeepsFirstAndLast(t *testing.T) {
 		t.Errorf("versions %v, want [0 3 4]", vs)
 	}
 	var undo []uint64
-	for _, v := range l.undo {
+	for _, v := range l.hist.undo {
 		undo = append(undo, v.id)
 	}
 	if !slices.Equal(undo, []uint64{0, 3}) {

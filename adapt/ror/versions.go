@@ -2,7 +2,6 @@ package ror
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/inloop/inloop/inference"
@@ -31,11 +30,7 @@ func (l *Learner) Version() uint64 {
 func (l *Learner) Versions() []uint64 {
 	l.busy.Lock()
 	defer l.busy.Unlock()
-	out := make([]uint64, len(l.versions))
-	for i, v := range l.versions {
-		out[i] = v.id
-	}
-	return out
+	return l.hist.ids()
 }
 
 // AnchorAccuracy is the current version's accuracy on the anchor set.
@@ -74,18 +69,11 @@ func (l *Learner) install(v *version) error {
 // what Undo goes back to.
 func (l *Learner) commit(v *version) error {
 	prev := l.current
-	v.id = l.nextID
+	v.id = l.hist.peekID()
 	if err := l.install(v); err != nil {
 		return err
 	}
-	l.nextID++
-	l.versions = append(l.versions, v)
-	l.undo = append(l.undo, prev)
-	if extra := len(l.versions) - 1 - l.opts.History; extra > 0 {
-		gone := slices.Clone(l.versions[1 : 1+extra])
-		l.versions = append(l.versions[:1], l.versions[1+extra:]...)
-		l.undo = slices.DeleteFunc(l.undo, func(u *version) bool { return slices.Contains(gone, u) })
-	}
+	l.hist.add(v, prev)
 	return nil
 }
 
@@ -97,14 +85,14 @@ func (l *Learner) Undo() (Event, error) {
 	defer l.busy.Unlock()
 	began := time.Now()
 	ev := Event{Kind: KindUndo, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: l.current.anchor}
-	if len(l.undo) == 0 {
+	prev, ok := l.hist.lastUndo()
+	if !ok {
 		return ev, ErrNothingToUndo
 	}
-	prev := l.undo[len(l.undo)-1]
 	if err := l.install(prev); err != nil {
 		return ev, err
 	}
-	l.undo = l.undo[:len(l.undo)-1]
+	l.hist.dropUndo()
 	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
@@ -117,11 +105,11 @@ func (l *Learner) RestoreVersion(id uint64) (Event, error) {
 	defer l.busy.Unlock()
 	began := time.Now()
 	ev := Event{Kind: KindRestore, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: l.current.anchor}
-	i := slices.IndexFunc(l.versions, func(v *version) bool { return v.id == id })
-	if i < 0 {
+	v := l.hist.find(id)
+	if v == nil {
 		return ev, fmt.Errorf("%w: %d", ErrVersion, id)
 	}
-	prev, v := l.current, l.versions[i]
+	prev := l.current
 	if v == prev {
 		ev.AnchorAfter = v.anchor
 		return ev, nil
@@ -129,7 +117,7 @@ func (l *Learner) RestoreVersion(id uint64) (Event, error) {
 	if err := l.install(v); err != nil {
 		return ev, err
 	}
-	l.undo = append(l.undo, prev)
+	l.hist.restored(prev)
 	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
