@@ -34,6 +34,11 @@ type ChatSpec struct {
 	// StopWhenFull makes a turn that no longer fits the model's context fail with
 	// ErrChatFull instead of dropping the oldest turns.
 	StopWhenFull bool
+	// Resume continues a stored chat (its id) instead of starting one: its
+	// messages come back, System and Title are the stored ones, and its
+	// replies take feedback again (chat_resume.go). With Memory, the memory
+	// goes on from the chat's newest stored state.
+	Resume int64
 }
 
 // ErrChatFull is returned by Send when the conversation no longer fits the model's
@@ -120,13 +125,27 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if title == "" {
 		title = "Chat with " + info.Name
 	}
+	var stored []store.Message
+	if spec.Resume != 0 {
+		var from int64
+		if stored, from, err = w.resumable(ctx, spec, info); err != nil {
+			return nil, err
+		}
+		if spec.Memory != nil && spec.Memory.From == 0 && from != 0 {
+			mc := *spec.Memory
+			mc.From = from
+			spec.Memory = &mc
+		}
+	}
 	mem, err := w.loadChatMemory(ctx, spec, m, info)
 	if err != nil {
 		return nil, err
 	}
-	id, err := w.Store.CreateChat(ctx, store.Chat{Title: title, Model: info.Name})
-	if err != nil {
-		return nil, err
+	id := spec.Resume
+	if id == 0 {
+		if id, err = w.Store.CreateChat(ctx, store.Chat{Title: title, Model: info.Name}); err != nil {
+			return nil, err
+		}
 	}
 	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull, ttt: spec.TTT,
 		opts:    inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw, LogProb: true},
@@ -134,6 +153,10 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 		replies: map[int64]chatReply{}}
 	if err := c.attachMemory(ctx); err != nil {
 		return nil, err
+	}
+	if spec.Resume != 0 {
+		c.restore(stored)
+		return c, nil
 	}
 	if spec.System != "" {
 		c.msgs = append(c.msgs, chat.Message{Role: "system", Content: spec.System})
@@ -325,5 +348,5 @@ func (w *Workspace) SharedModel(ctx context.Context, name string) (*inference.Mo
 
 func replyStats(st inference.Stats) *store.MessageStats {
 	return &store.MessageStats{PromptTokens: st.PromptTokens, Tokens: st.GeneratedTokens, TokensPerSec: st.DecodeTPS,
-		TTFTms: float64(st.TimeToFirstToken.Microseconds()) / 1000, KVBytes: st.KVBytes, PeakBytes: st.PeakMemory, StopReason: st.StopReason}
+		TTFTms: float64(st.TimeToFirstToken.Microseconds()) / 1000, KVBytes: st.KVBytes, PeakBytes: st.PeakMemory, StopReason: st.StopReason, LogProb: st.LogProb}
 }

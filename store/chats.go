@@ -94,6 +94,7 @@ type MessageStats struct {
 	KVBytes      int64           `json:"kv_bytes,omitempty"`    // the KV cache after the reply
 	PeakBytes    int64           `json:"peak_bytes,omitempty"`  // peak memory while generating
 	StopReason   string          `json:"stop_reason,omitempty"` // eos, stop string, length, cancelled
+	LogProb      float64         `json:"log_prob,omitempty"`    // Σ log p of the reply's tokens under the model
 	Extra        json.RawMessage `json:"extra,omitempty"`       // method-specific figures
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/canvas"
@@ -24,6 +25,8 @@ type chatScreen struct {
 	content fyne.CanvasObject
 
 	model, adapter *widget.Select
+	earlier        *widget.Select   // the model's stored chats, to continue one
+	earlierIDs     map[string]int64 // earlier label -> chat id
 	temp           *widget.Slider
 	tempLabel      *widget.Label
 	maxTokens      *widget.Entry
@@ -51,6 +54,12 @@ func newChatScreen(u *UI) *chatScreen {
 	c := &chatScreen{u: u, adapters: map[string]string{}}
 	c.model = widget.NewSelect(nil, func(string) { c.refreshAdapters(); c.newChat() })
 	c.adapter = widget.NewSelect(nil, func(string) { c.newChat() })
+	c.earlier = widget.NewSelect(nil, func(label string) {
+		if id := c.earlierIDs[label]; id != 0 && (c.session == nil || c.session.ID != id) {
+			c.resume(id)
+		}
+	})
+	c.earlier.PlaceHolder = "Continue an earlier chat…"
 	c.temp = widget.NewSlider(0, 1.5)
 	c.temp.Step = 0.05
 	c.temp.SetValue(0.7)
@@ -123,9 +132,10 @@ func newChatScreen(u *UI) *chatScreen {
 			})),
 		)))
 	top := container.NewVBox(
-		container.NewBorder(nil, nil, nil, newBtn, container.NewGridWithColumns(2,
+		container.NewBorder(nil, nil, nil, newBtn, container.NewGridWithColumns(3,
 			container.NewBorder(nil, nil, widget.NewLabel("Model"), nil, c.model),
-			container.NewBorder(nil, nil, widget.NewLabel("Adapter"), nil, c.adapter))),
+			container.NewBorder(nil, nil, widget.NewLabel("Adapter"), nil, c.adapter),
+			c.earlier)),
 		settings)
 	bottom := container.NewVBox(c.status, c.learnt,
 		container.NewBorder(nil, nil, widget.NewLabel("Memory this chat holds"), c.undo, c.kv),
@@ -171,10 +181,8 @@ func (c *chatScreen) useAdapter(model, folder string) {
 }
 
 // newChat starts a new conversation with the current settings.
-func (c *chatScreen) newChat() {
-	if c.model.Selected == "" || c.busy {
-		return
-	}
+// spec is the chat the settings describe.
+func (c *chatScreen) spec() app.ChatSpec {
 	maxTok, err := strconv.Atoi(c.maxTokens.Text)
 	if err != nil || maxTok <= 0 {
 		maxTok = 256
@@ -187,6 +195,15 @@ func (c *chatScreen) newChat() {
 	if c.memory.Checked {
 		spec.Memory = &app.ChatMemory{}
 	}
+	return spec
+}
+
+func (c *chatScreen) newChat() {
+	if c.model.Selected == "" || c.busy {
+		return
+	}
+	spec := c.spec()
+	defer c.refreshEarlier()
 	c.list.RemoveAll()
 	c.kv.SetValue(0)
 	c.kv.TextFormatter = func() string { return "KV cache: empty" }
@@ -197,6 +214,7 @@ func (c *chatScreen) newChat() {
 		c.status.SetText("This model cannot chat: " + app.UserMessage(err))
 		return
 	}
+	c.earlier.ClearSelected()
 	c.session = s
 	c.undo.Disable()
 	c.learnt.Hide()
@@ -475,3 +493,91 @@ func stopText(reason string) string {
 }
 
 func bytesText(n int64) string { return app.FormatBytes(n) }
+
+// refreshEarlier lists the selected model's stored chats, newest first.
+func (c *chatScreen) refreshEarlier() {
+	c.earlierIDs = map[string]int64{}
+	chats, _ := c.u.ws.Store.Chats(c.u.ctx)
+	var opts []string
+	for _, ch := range chats {
+		if ch.Model != c.model.Selected || (c.session != nil && ch.ID == c.session.ID) || len(opts) >= 50 {
+			continue
+		}
+		ask := c.firstAsk(ch.ID)
+		if ask == "" { // a chat opened and never used (every settings change opens one)
+			continue
+		}
+		label := fmt.Sprintf("“%s” · %s · #%d", ask, ch.Created.Local().Format("Jan 2 15:04"), ch.ID)
+		c.earlierIDs[label] = ch.ID
+		opts = append(opts, label)
+	}
+	c.earlier.Options = opts
+	c.earlier.Refresh()
+}
+
+// firstAsk is the start of stored chat id's first message from the user
+// ("" when it has none).
+func (c *chatScreen) firstAsk(id int64) string {
+	msgs, err := c.u.ws.Store.Messages(c.u.ctx, id)
+	if err != nil {
+		return ""
+	}
+	for _, m := range msgs {
+		if m.Role == "user" && strings.TrimSpace(m.Content) != "" {
+			r := []rune(strings.Join(strings.Fields(m.Content), " "))
+			if len(r) > 40 {
+				return string(r[:39]) + "…"
+			}
+			return string(r)
+		}
+	}
+	return ""
+}
+
+// resume continues stored chat id with the current settings: its messages
+// come back, with Good / Wrong… under its replies.
+func (c *chatScreen) resume(id int64) {
+	if c.busy {
+		return
+	}
+	spec := c.spec()
+	spec.Resume = id
+	s, err := c.u.ws.StartChat(c.u.ctx, spec)
+	if err != nil {
+		c.status.SetText("That chat cannot continue: " + app.UserMessage(err))
+		return
+	}
+	msgs, err := c.u.ws.Store.Messages(c.u.ctx, id)
+	if err != nil {
+		c.status.SetText(app.UserMessage(err))
+		return
+	}
+	c.session = s
+	c.undo.Disable()
+	c.learnt.Hide()
+	c.status.SetText("")
+	c.list.RemoveAll()
+	c.kv.SetValue(0)
+	c.kv.TextFormatter = func() string { return "KV cache: empty until the next reply reads the conversation again" }
+	c.kv.Refresh()
+	c.list.Add(widget.NewLabelWithStyle(fmt.Sprintf("Continuing chat #%d with %s.", id, s.Info.Name), fyne.TextAlignCenter, fyne.TextStyle{Italic: true}))
+	for _, m := range msgs {
+		switch m.Role {
+		case "user":
+			c.list.Add(messageBubble("You", m.Content))
+		case "assistant":
+			reply := widget.NewLabel(m.Content)
+			reply.Wrapping = fyne.TextWrapWord
+			stats := widget.NewLabel("")
+			stats.TextStyle = fyne.TextStyle{Italic: true}
+			stats.Wrapping = fyne.TextWrapWord
+			if st := m.Stats; st != nil {
+				stats.SetText(fmt.Sprintf("%d tokens · %.1f tok/s · %s", st.Tokens, st.TokensPerSec, stopText(st.StopReason)))
+			}
+			c.list.Add(container.NewVBox(widget.NewLabelWithStyle(s.Info.Name, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), reply,
+				container.NewBorder(nil, nil, nil, c.thumbButtons(s, m.ID), stats)))
+		}
+	}
+	c.scroll.ScrollToBottom()
+	c.refreshEarlier()
+}

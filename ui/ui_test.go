@@ -285,3 +285,42 @@ func TestChatStopEndsTheReply(t *testing.T) {
 		t.Errorf("a stopped turn: stats %q, status %q", stats, c.status.Text)
 	}
 }
+
+// An earlier chat is listed after a new one starts, and choosing it brings its
+// messages back with thumbs under its reply, in the same stored chat.
+func TestChatContinuesAnEarlierChat(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	c := u.chat
+	locked(u, func() {
+		c.maxTokens.SetText("8")
+		c.newChat()
+	})
+	first := c.session.ID
+	test.Type(c.input, "What is a hacker?")
+	locked(u, func() { test.Tap(c.send) })
+	eventually(t, u, "the reply", func() bool { return !c.busy && c.kv.Value > 0 })
+	locked(u, func() { c.newChat() })
+	if c.session.ID == first || len(c.earlier.Options) != 1 {
+		t.Fatalf("after a new chat: session %d, earlier %q", c.session.ID, c.earlier.Options)
+	}
+	locked(u, func() { c.earlier.SetSelected(c.earlier.Options[0]) })
+	if c.session.ID != first {
+		t.Fatalf("continuing: session %d, want %d", c.session.ID, first)
+	}
+	var you, thumbs bool
+	for _, o := range c.list.Objects {
+		if _, b := findEntryAndButton(o, "Good"); b != nil {
+			thumbs = true
+		}
+		if box, ok := o.(*fyne.Container); ok && len(box.Objects) == 2 {
+			if v, ok := box.Objects[1].(*fyne.Container); ok && len(v.Objects) == 2 {
+				if l, ok := v.Objects[1].(*widget.Label); ok && l.Text == "What is a hacker?" {
+					you = true
+				}
+			}
+		}
+	}
+	if !you || !thumbs {
+		t.Errorf("the continued chat shows the question %v, thumbs %v", you, thumbs)
+	}
+}
