@@ -207,12 +207,9 @@ func (l *ChatLearner) AddAnchor(ctx context.Context, exs ...ChatExample) error {
 		}
 	}
 	for _, ex := range exs {
-		l.anchor = append(l.anchor, l.item(ex))
+		l.addAnchor(l.item(ex))
 	}
-	acc, _, err := l.anchorScore(ctx)
-	if err == nil {
-		l.current.anchor = acc
-	}
+	_, _, err := l.currentAnchor(ctx)
 	return err
 }
 
@@ -257,12 +254,11 @@ func (l *ChatLearner) ThumbUp(ctx context.Context, ex ChatExample, p float64) (E
 	}
 	ev.Confidence, ev.Adjusted = p, l.record(p, true)
 	if l.ups%2 == 0 {
-		l.anchor = append(l.anchor, l.item(ex))
-		acc, _, err := l.anchorScore(ctx)
+		l.addAnchor(l.item(ex))
+		acc, _, err := l.currentAnchor(ctx)
 		if err != nil {
 			return ev, err
 		}
-		l.current.anchor = acc
 		ev.AnchorAfter, ev.Detail = acc, "kept for the anchor set"
 	} else {
 		l.remember(l.item(ex))
@@ -310,6 +306,10 @@ func (l *ChatLearner) event(k Kind) Event {
 // wrong, then checks the anchor set and keeps or rolls back.
 func (l *ChatLearner) retrain(ctx context.Context, fix, wrong *chatItem) (Event, error) {
 	cur := l.current
+	defer l.trimCache()
+	if _, _, err := l.currentAnchor(ctx); err != nil { // the baseline, on the anchors there are now
+		return l.event(KindRetrain), err
+	}
 	ev := l.event(KindRetrain)
 	var stepTime, flipTime time.Duration
 	timed := func(d *time.Duration, began time.Time) { *d += time.Since(began) }
@@ -376,7 +376,8 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong *chatItem) (Event,
 	ev.StepMS, ev.FlipMS = ms(stepTime), ms(flipTime)
 
 	checkBegan := time.Now()
-	acc, loss, err := l.anchorScore(ctx)
+	scores, err := l.scoreItems(ctx, l.anchor)
+	acc, loss := aggregate(scores)
 	ev.CheckMS = ms(time.Since(checkBegan))
 	if err != nil {
 		return fail(err)
@@ -400,6 +401,10 @@ func (l *ChatLearner) retrain(ctx context.Context, fix, wrong *chatItem) (Event,
 		return fail(err)
 	}
 	l.hist.add(v, cur)
+	for i, it := range l.anchor {
+		scores[i].version = v.id
+		it.score = &scores[i]
+	}
 	l.remember(fix)
 	ev.VersionAfter = v.id
 	return ev, nil
@@ -504,6 +509,7 @@ type chatItem struct {
 	bt    data.Batch
 	first int
 	h     *mx.Array
+	score *itemScore // an anchor's, under the version it names
 }
 
 // item lays ex out: the conversation cut to its last MaxTokens tokens, the
@@ -526,10 +532,23 @@ func (l *ChatLearner) item(ex ChatExample) *chatItem {
 	return &chatItem{ex: ex, bt: bt, first: len(prompt) - 1}
 }
 
+// maxAnchors caps the anchor set: every check scores all of it, so it must
+// not grow with a long chat. The newest confirmed replies are kept.
+const maxAnchors = 16
+
+// addAnchor adds it to the anchor set, the oldest out past the cap.
+func (l *ChatLearner) addAnchor(it *chatItem) {
+	l.anchor = append(l.anchor, it)
+	if extra := len(l.anchor) - maxAnchors; extra > 0 {
+		clear(l.anchor[:extra])
+		l.anchor = l.anchor[extra:]
+	}
+}
+
 // cachedReplay is how many of the newest replay items keep their prefix (on
-// Qwen3-0.6B's shape, 400 KB for a 96-token item); older ones compute it again
-// when drawn.
-const cachedReplay = 32
+// Qwen3-0.6B's shape, 2 MB for a 512-token conversation); older ones compute
+// it again when drawn.
+const cachedReplay = 8
 
 // remember adds it to the replay buffer, oldest out first past the cap.
 func (l *ChatLearner) remember(it *chatItem) {
@@ -538,8 +557,14 @@ func (l *ChatLearner) remember(it *chatItem) {
 		l.replay[0] = nil
 		l.replay = l.replay[1:]
 	}
-	if i := len(l.replay) - 1 - cachedReplay; i >= 0 {
-		l.replay[i].h = nil
+	l.trimCache()
+}
+
+// trimCache lets go of the prefixes of replay items older than the newest
+// cachedReplay (a step may have computed them for a draw).
+func (l *ChatLearner) trimCache() {
+	for _, it := range l.replay[:max(len(l.replay)-cachedReplay, 0)] {
+		it.h = nil
 	}
 }
 
@@ -598,23 +623,67 @@ func (l *ChatLearner) meanLoss(ctx context.Context, it *chatItem) (float64, erro
 	return float64(v[0]), nil
 }
 
-// anchorScore is the anchor set's next-token accuracy over the reply tokens
+// itemScore is an anchor's figures under one version: reply tokens ranked
+// first, reply tokens, and their summed loss.
+type itemScore struct {
+	version        uint64
+	right, n, loss float64
+}
+
+// aggregate is the anchor set's next-token accuracy over the reply tokens
 // (teacher-forced: the share of them the model ranks first) and its mean loss
-// per reply token; NaN for both when the set is empty. Each anchor's prefix is
-// computed once; a check runs the adapted blocks and the head over the reply
-// positions, and only their argmax leaves the backend.
-func (l *ChatLearner) anchorScore(ctx context.Context) (acc, loss float64, err error) {
-	if len(l.anchor) == 0 {
-		return math.NaN(), math.NaN(), nil
+// per reply token; NaN for both when there are none.
+func aggregate(scores []itemScore) (acc, loss float64) {
+	var right, n, sum float64
+	for _, s := range scores {
+		right, n, sum = right+s.right, n+s.n, sum+s.loss
 	}
-	if err := l.prefix(ctx, l.anchor...); err != nil {
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return right / n, sum / n
+}
+
+// currentAnchor is aggregate for the version in use. An anchor keeps its
+// figures under the version they were computed for, so only anchors new since
+// (or all, after an undo) are scored: a thumb up in a long chat costs one
+// anchor's pass, not the set's. The work fork must hold the current weights.
+func (l *ChatLearner) currentAnchor(ctx context.Context) (acc, loss float64, err error) {
+	var todo []*chatItem
+	for _, it := range l.anchor {
+		if it.score == nil || it.score.version != l.current.id {
+			todo = append(todo, it)
+		}
+	}
+	scores, err := l.scoreItems(ctx, todo)
+	if err != nil {
 		return 0, 0, err
 	}
-	var right, lossSum, n float64
+	for i, it := range todo {
+		scores[i].version = l.current.id
+		it.score = &scores[i]
+	}
+	all := make([]itemScore, len(l.anchor))
+	for i, it := range l.anchor {
+		all[i] = *it.score
+	}
+	acc, loss = aggregate(all)
+	l.current.anchor = acc
+	return acc, loss, nil
+}
+
+// scoreItems scores items under the work fork's weights. Each item's prefix
+// is computed once; a score runs the adapted blocks and the head over the
+// reply positions, and only their argmax leaves the backend.
+func (l *ChatLearner) scoreItems(ctx context.Context, items []*chatItem) ([]itemScore, error) {
+	if err := l.prefix(ctx, items...); err != nil {
+		return nil, err
+	}
+	out := make([]itemScore, len(items))
 	b := l.m.Backend()
-	for _, it := range l.anchor {
+	for j, it := range items {
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		k := it.bt.L - it.first
 		ones := make([]float32, k)
@@ -625,19 +694,19 @@ func (l *ChatLearner) anchorScore(ctx context.Context) (acc, loss float64, err e
 		ce := mx.CrossEntropyMasked(logits, mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], 1, k), mx.FromData(b, mx.Float32, ones, 1, k))
 		v, err := ce.Float32s()
 		if err != nil {
-			return 0, 0, fmt.Errorf("ror: %w", err)
+			return nil, fmt.Errorf("ror: %w", err)
 		}
 		got, err := mx.ArgMax(logits, -1, false).Int32s()
 		if err != nil {
-			return 0, 0, fmt.Errorf("ror: %w", err)
+			return nil, fmt.Errorf("ror: %w", err)
 		}
+		s := itemScore{n: float64(k), loss: float64(v[0]) * float64(k)}
 		for i, g := range got {
 			if g == it.bt.Targets[it.first+i] {
-				right++
+				s.right++
 			}
 		}
-		lossSum += float64(v[0]) * float64(k)
-		n += float64(k)
+		out[j] = s
 	}
-	return right / n, lossSum / n, nil
+	return out, nil
 }

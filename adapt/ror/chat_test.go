@@ -2,6 +2,7 @@ package ror
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -144,5 +145,45 @@ func TestChatLearner(t *testing.T) {
 	// Hostile tokens are refused before anything runs.
 	if _, err := strict.ThumbUp(ctx, ChatExample{Prompt: []int{1}, Reply: []int{1 << 30}}, 0.5); err == nil {
 		t.Error("a token outside the vocabulary was taken")
+	}
+}
+
+// A long chat's confirmations keep the learner bounded: the anchor set stops
+// at maxAnchors (the newest), only the newest replay items keep their
+// prefixes, and a confirmation scores only the new anchor.
+func TestChatLearnerStaysBounded(t *testing.T) {
+	ctx := context.Background()
+	m, ex := chatFixture(t)
+	l, err := NewChat(m, nil, ChatOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * maxAnchors {
+		e := ex(fmt.Sprintf("User: question %d about the build?\nAssistant:", i), " The hacker fixed it.")
+		if _, err := l.ThumbUp(ctx, e, 0.6); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 {
+			if _, err := l.ThumbDown(ctx, e, 0.3, ex("", " It was fixed.").Reply); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := l.Anchors(); n != maxAnchors {
+		t.Errorf("%d anchors after %d confirmations, want the cap %d", n, 3*maxAnchors, maxAnchors)
+	}
+	cached := 0
+	for _, it := range l.replay {
+		if it.h != nil {
+			cached++
+		}
+	}
+	if cached > cachedReplay {
+		t.Errorf("%d replay items keep a prefix, want at most %d", cached, cachedReplay)
+	}
+	for _, it := range l.anchor {
+		if it.score == nil {
+			t.Fatal("an anchor without its score")
+		}
 	}
 }
