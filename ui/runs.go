@@ -3,7 +3,10 @@ package ui
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,6 +217,23 @@ func headline(r app.RunRecord) string {
 	case "pull":
 		n, _ := v["bytes"].(float64)
 		return bytesText(int64(n))
+	case "decide":
+		qs, _ := v["questions"].(map[string]any)
+		var parts []string
+		for _, q := range slices.Sorted(maps.Keys(qs)) {
+			if a, ok := qs[q].(map[string]any)["accuracy"].(float64); ok {
+				parts = append(parts, fmt.Sprintf("%s %.0f%%", q, 100*a))
+			}
+		}
+		return strings.Join(parts, ", ")
+	case "tao":
+		check, _ := v["check"].(map[string]any)
+		before, _ := check["before"].(float64)
+		after, _ := check["after"].(float64)
+		if kept, _ := v["kept"].(bool); kept {
+			return fmt.Sprintf("kept: reward %.2f → %.2f", before, after)
+		}
+		return "left the adapter as it was"
 	}
 	return ""
 }
@@ -242,22 +262,37 @@ func runDetail(r app.RunRecord) string {
 		if json.Unmarshal(raw, &v) != nil || len(v) == 0 {
 			return
 		}
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			if isZero(v[k]) {
-				continue
-			}
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		fmt.Fprintf(&b, "\n%s\n", title)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "  %s: %v\n", k, v[k])
-		}
+		writeValues(&b, v, "  ")
 	}
 	writeMap("Result", r.Result)
 	writeMap("Settings", r.Params)
 	return b.String()
+}
+
+// writeValues writes m's non-zero entries one per line, sorted, nested maps
+// indented under their key, numbers in a readable precision.
+func writeValues(b *strings.Builder, m map[string]any, indent string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if !isZero(m[k]) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch x := m[k].(type) {
+		case map[string]any:
+			fmt.Fprintf(b, "%s%s:\n", indent, k)
+			writeValues(b, x, indent+"  ")
+		case float64:
+			fmt.Fprintf(b, "%s%s: %s\n", indent, k, strconv.FormatFloat(x, 'g', 4, 64))
+		case []any:
+			fmt.Fprintf(b, "%s%s: %d values\n", indent, k, len(x))
+		default:
+			fmt.Fprintf(b, "%s%s: %v\n", indent, k, x)
+		}
+	}
 }
 
 func isZero(v any) bool {

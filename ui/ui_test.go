@@ -324,3 +324,22 @@ func TestChatContinuesAnEarlierChat(t *testing.T) {
 		t.Errorf("the continued chat shows the question %v, thumbs %v", you, thumbs)
 	}
 }
+
+// A decision run's result reads as nested lines, and its headline gives the
+// accuracy per question.
+func TestRunDetailIsReadable(t *testing.T) {
+	r := app.RunRecord{Kind: "decide", Status: "done",
+		Result: []byte(`{"steps": 40, "questions": {"team": {"accuracy": 0.4587, "ece_after": 0.0533}, "refund": {"accuracy": 0.792}}, "curve": [1, 2]}`)}
+	d := runDetail(r)
+	for _, want := range []string{"  questions:\n    refund:\n      accuracy: 0.792\n", "    team:\n      accuracy: 0.4587\n      ece_after: 0.0533\n", "  steps: 40\n", "  curve: 2 values\n"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("detail lacks %q:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "map[") {
+		t.Errorf("Go's map syntax in the detail:\n%s", d)
+	}
+	if h := headline(r); h != "refund 79%, team 46%" {
+		t.Errorf("headline %q", h)
+	}
+}
