@@ -3,6 +3,10 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/inloop/inloop/adapt/ror"
 
 	"github.com/inloop/inloop/inference/chat"
 	"github.com/inloop/inloop/store"
@@ -56,4 +60,32 @@ func (c *ChatSession) restore(msgs []store.Message) {
 		}
 		c.keepReply(&turn, prompt, asked)
 	}
+}
+
+// correctionsDir is where a chat's correction adapter is kept.
+func (w *Workspace) correctionsDir(chatID int64) string {
+	return w.path("chats", fmt.Sprint(chatID), "corrections")
+}
+
+// saveCorrections keeps the correction adapter the chat answers with, so a
+// continued chat has it back.
+func (c *ChatSession) saveCorrections(l *ror.ChatLearner) error {
+	if err := l.Save(c.w.correctionsDir(c.ID)); err != nil {
+		return fmt.Errorf("the correction is in use but was not saved: %w", err)
+	}
+	return nil
+}
+
+// loadCorrections puts back the correction adapter a continued chat had.
+func (c *ChatSession) loadCorrections() error {
+	dir := c.w.correctionsDir(c.ID)
+	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err != nil {
+		return nil // the chat never kept a correction
+	}
+	l, err := ror.NewChatFrom(c.model, &c.mu, ror.ChatOptions{}, dir)
+	if err != nil {
+		return err
+	}
+	c.learner = l
+	return nil
 }

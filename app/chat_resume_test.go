@@ -65,3 +65,52 @@ func TestResumeChat(t *testing.T) {
 		t.Error("a chat that does not exist resumed")
 	}
 }
+
+// A correction a chat kept comes back when the chat is continued.
+func TestResumeChatKeepsItsCorrections(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 8, Sampling: inference.SampleOptions{Temperature: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := c.Send(ctx, "What colour is the sea?", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := c.Feedback(ctx, turn.MessageID, -1, "The sea is blue.")
+	if err != nil || ev.Kind != RoRRetrain {
+		t.Fatalf("a correction with no anchors yet: %+v, %v", ev, err)
+	}
+	probe := func(m *inference.Model) []float32 {
+		ids, _ := m.Tokens([]int{1, 2, 3, 4, 5})
+		v, err := m.ForwardLast(ids, nil).Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	want := probe(c.Model())
+	r, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 8, Resume: c.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := probe(r.Model())
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d: %v in the continued chat, %v before", i, got[i], want[i])
+		}
+	}
+	fresh, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := true
+	for i, v := range probe(fresh.Model()) {
+		same = same && v == want[i]
+	}
+	if same {
+		t.Error("the correction changed nothing the probe can see")
+	}
+}

@@ -143,13 +143,17 @@ func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, 
 	if err != nil {
 		return ev, err
 	}
+	var serr error
+	if ev.Kind == RoRRetrain {
+		serr = c.saveCorrections(l)
+	}
 	c.mu.Lock()
 	switch ev.Kind {
 	case RoRReinforce, RoRRetrain:
 		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: r.asked + len(ex.Reply) + exampleOverhead})
 	}
 	c.mu.Unlock()
-	return ev, c.recordRoR(ctx, messageID, ev)
+	return ev, errors.Join(serr, c.recordRoR(ctx, messageID, ev))
 }
 
 // UndoFeedback takes back the last change feedback made to this chat's model.
@@ -164,6 +168,7 @@ func (c *ChatSession) UndoFeedback(ctx context.Context) (RoREvent, error) {
 	if err != nil {
 		return ev, err
 	}
+	serr := c.saveCorrections(l)
 	c.mu.Lock()
 	c.learnt = slices.DeleteFunc(c.learnt, func(l learnt) bool { return l.version > ev.VersionAfter })
 	c.mu.Unlock()
@@ -174,7 +179,7 @@ func (c *ChatSession) UndoFeedback(ctx context.Context) (RoREvent, error) {
 			break
 		}
 	}
-	return ev, c.recordRoR(ctx, 0, ev)
+	return ev, errors.Join(serr, c.recordRoR(ctx, 0, ev))
 }
 
 // FeedbackVersion is the version of the chat's feedback adapter (0 before any

@@ -155,6 +155,9 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 		return nil, err
 	}
 	if spec.Resume != 0 {
+		if err := c.loadCorrections(); err != nil {
+			return nil, err
+		}
 		c.restore(stored)
 		return c, nil
 	}

@@ -122,6 +122,7 @@ type ChatLearner struct {
 	turn sync.Locker      // held while live's adapter changes; nil for none
 	m    *inference.Model // a fork of live: where steps and checks run
 	opts ChatOptions
+	cfg  lora.Config // of the correction adapter
 	opt  optim.Optimizer
 
 	mu       sync.Mutex // one learning call at a time; guards what follows but feedback
@@ -141,16 +142,41 @@ type ChatLearner struct {
 // learner, at version 0. turn, when not nil, is taken while m's adapter
 // changes (a kept step, an undo), so the change falls between two replies.
 func NewChat(m *inference.Model, turn sync.Locker, opts ChatOptions) (*ChatLearner, error) {
+	return newChat(m, turn, opts, "")
+}
+
+// NewChatFrom is NewChat with the corrections a learner saved in dir (Save)
+// as its starting point, version 0, instead of a fresh adapter: a chat
+// continued later answers as it had learnt to.
+func NewChatFrom(m *inference.Model, turn sync.Locker, opts ChatOptions, dir string) (*ChatLearner, error) {
+	return newChat(m, turn, opts, dir)
+}
+
+func newChat(m *inference.Model, turn sync.Locker, opts ChatOptions, dir string) (*ChatLearner, error) {
 	opts = opts.withDefaults()
 	if opts.Threshold < 0 || opts.Threshold > 1 || opts.LearningRate <= 0 || opts.AnchorMargin < 0 || opts.MaxSteps < 1 {
 		return nil, fmt.Errorf("ror: chat options %+v", opts)
 	}
-	if _, err := lora.Apply(m, lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed, Name: "ror"}); err != nil {
-		return nil, fmt.Errorf("ror: %w", err)
+	cfg := lora.Config{NumLayers: opts.Layers, Rank: opts.Rank, Seed: opts.Seed, Name: "ror"}
+	if dir == "" {
+		if _, err := lora.Apply(m, cfg); err != nil {
+			return nil, fmt.Errorf("ror: %w", err)
+		}
+	} else {
+		a, ac, err := inference.ReadAdapter(m, dir)
+		if err != nil {
+			return nil, fmt.Errorf("ror: the chat's corrections: %w", err)
+		}
+		if ac.NumLayers != opts.Layers || ac.LoRAParameters.Rank != opts.Rank {
+			return nil, fmt.Errorf("ror: the chat's corrections in %s are rank %d on %d blocks, the learner's %d on %d", dir, ac.LoRAParameters.Rank, ac.NumLayers, opts.Rank, opts.Layers)
+		}
+		if _, err := m.PushAdapter(a); err != nil {
+			return nil, fmt.Errorf("ror: %w", err)
+		}
 	}
 	o := optim.NewAdam(optim.Constant(float32(opts.LearningRate)))
 	o.BiasCorrection = true
-	l := &ChatLearner{live: m, turn: turn, m: m.Fork(), opts: opts, opt: o, rng: rand.New(rand.NewPCG(opts.Seed, 0x0c4a7))}
+	l := &ChatLearner{live: m, turn: turn, m: m.Fork(), opts: opts, cfg: cfg, opt: o, rng: rand.New(rand.NewPCG(opts.Seed, 0x0c4a7))}
 	if n := m.Blocks(); opts.Layers >= 0 && opts.Layers < n {
 		l.cut = n - opts.Layers
 	}
@@ -492,6 +518,18 @@ func (l *ChatLearner) Versions() []uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.hist.ids()
+}
+
+// Save writes the version in use as an adapter folder in mlx-lm's layout,
+// which NewChatFrom (and inference.LoadAdapter) read.
+func (l *ChatLearner) Save(dir string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ac, err := lora.AdapterConfig(l.m, l.cfg)
+	if err != nil {
+		return fmt.Errorf("ror: %w", err)
+	}
+	return lora.SaveArrays(dir, l.current.params, ac)
 }
 
 // Params are the correction adapter's current weights (lora's names), to save.

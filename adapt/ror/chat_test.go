@@ -187,3 +187,39 @@ func TestChatLearnerStaysBounded(t *testing.T) {
 		}
 	}
 }
+
+// The corrections a learner saved come back: a learner made from them on a
+// fresh copy of the model answers exactly as the first did.
+func TestChatLearnerSaveAndContinue(t *testing.T) {
+	ctx := context.Background()
+	m, ex := chatFixture(t)
+	l, err := NewChat(m, nil, ChatOptions{Seed: 2, AnchorMargin: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := l.ThumbDown(ctx, ex("User: What colour is the sea?\nAssistant:", " A program."), 0.3, ex("", " The sea is blue.").Reply)
+	if err != nil || ev.Kind != KindRetrain {
+		t.Fatalf("correction: %+v, %v", ev, err)
+	}
+	dir := t.TempDir()
+	if err := l.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	probe := ex("User: What colour is the sea?\nAssistant:", "").Prompt
+	want := logits(t, m, probe)
+	m2, _ := chatFixture(t)
+	plain := logits(t, m2, probe)
+	l2, err := NewChatFrom(m2, nil, ChatOptions{Seed: 2}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := logits(t, m2, probe); !slices.Equal(got, want) || slices.Equal(got, plain) {
+		t.Error("a learner made from the saved corrections does not answer as the first one")
+	}
+	if l2.Version() != 0 {
+		t.Errorf("version %d, want 0", l2.Version())
+	}
+	if _, err := NewChatFrom(m2, nil, ChatOptions{Rank: 4}, dir); err == nil {
+		t.Error("corrections of another rank were taken")
+	}
+}
