@@ -213,3 +213,14 @@ func TestEmptyAndInvalid(t *testing.T) {
 		}()
 	}
 }
+
+// A vocabulary-sized W takes the fused kernels up to 64 rows (fusedMax): both
+// products stay right there, at the crossover and past it.
+func TestVocabSizedW(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	w := randomWeights(rng, vocabRows+5, 64, 32, 4)
+	for _, M := range []int{33, 64, 65} {
+		testMatMulT(t, rng, w, M)
+		testMatMul(t, rng, w, M)
+	}
+}
