@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/inloop/inloop/internal/atomicfile"
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -56,24 +55,5 @@ func (l *Learner) Save(dir string) (err error) {
 	if err := atomicfile.SyncDir(inner); err != nil {
 		return err
 	}
-	var old string
-	if _, err := os.Lstat(dir); err == nil {
-		old = filepath.Join(parent, fmt.Sprintf(".old-%s-%d-%d", filepath.Base(dir), os.Getpid(), time.Now().UnixNano()))
-		if err := os.Rename(dir, old); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(inner, dir); err != nil {
-		if old != "" {
-			os.Rename(old, dir) // put the previous model back
-		}
-		return err
-	}
-	if err := atomicfile.SyncDir(parent); err != nil {
-		return err
-	}
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	return nil
+	return atomicfile.ReplaceDir(inner, dir)
 }

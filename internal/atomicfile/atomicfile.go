@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 )
 
 // Perm and DirPerm are the permissions of everything Inloop writes for the user
@@ -94,6 +95,35 @@ func MkdirTemp(parent, pattern string) (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+// ReplaceDir puts the filled folder tmp in dir's place, so that dir holds the
+// old contents or the new ones, never a mixture: an existing dir is renamed
+// aside (hidden, beside it), tmp renamed to dir, and the old one removed; if
+// the second rename fails the old folder is put back. tmp must be on dir's
+// file system (made with MkdirTemp in dir's parent, say) and synced.
+func ReplaceDir(tmp, dir string) error {
+	parent := filepath.Dir(dir)
+	var old string
+	if _, err := os.Lstat(dir); err == nil {
+		old = filepath.Join(parent, fmt.Sprintf(".old-%s-%d-%d", filepath.Base(dir), os.Getpid(), time.Now().UnixNano()))
+		if err := os.Rename(dir, old); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if old != "" {
+			os.Rename(old, dir) // put the previous folder back
+		}
+		return err
+	}
+	if err := SyncDir(parent); err != nil {
+		return err
+	}
+	if old != "" {
+		os.RemoveAll(old)
+	}
+	return nil
 }
 
 // CopyFile copies the regular file src to dst atomically, with Perm.

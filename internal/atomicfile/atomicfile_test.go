@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -168,5 +169,31 @@ func TestNormalPermissions(t *testing.T) {
 	}
 	if err := CopyFile(parent, filepath.Join(dir, "x")); err == nil {
 		t.Error("copying a folder succeeded")
+	}
+}
+
+// ReplaceDir swaps a filled folder into place: the old contents go, the new
+// ones are there, and nothing is left beside it.
+func TestReplaceDir(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "model")
+	for i, content := range []string{"first", "second"} {
+		tmp, err := MkdirTemp(parent, ".tmp-model-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, fmt.Sprint("f", i)), []byte(content), Perm); err != nil {
+			t.Fatal(err)
+		}
+		if err := ReplaceDir(tmp, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != "f1" {
+		t.Errorf("dir holds %v, want only the second folder's file", ents)
+	}
+	if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+		t.Errorf("left beside it: %v", ents)
 	}
 }

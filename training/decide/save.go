@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/tokenizer"
@@ -91,26 +90,7 @@ func (m *Model) Save(dir string) (err error) {
 			return err
 		}
 	}
-	var old string
-	if _, err := os.Lstat(dir); err == nil {
-		old = filepath.Join(parent, fmt.Sprintf(".old-%s-%d-%d", filepath.Base(dir), os.Getpid(), time.Now().UnixNano()))
-		if err := os.Rename(dir, old); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if old != "" {
-			os.Rename(old, dir) // put the previous model back
-		}
-		return err
-	}
-	if err := atomicfile.SyncDir(parent); err != nil {
-		return err
-	}
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	return nil
+	return atomicfile.ReplaceDir(tmp, dir)
 }
 
 // SaveCalibration rewrites only calibration.json in dir (after a threshold
