@@ -475,14 +475,10 @@ func (l *ChatLearner) Undo() (Event, error) {
 	defer l.mu.Unlock()
 	began := time.Now()
 	ev := l.event(KindUndo)
-	prev, ok := l.hist.lastUndo()
-	if !ok {
-		return ev, ErrNothingToUndo
-	}
-	if err := l.install(prev); err != nil {
+	prev, err := l.hist.back(l.install)
+	if err != nil {
 		return ev, err
 	}
-	l.hist.dropUndo()
 	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
@@ -494,18 +490,11 @@ func (l *ChatLearner) RestoreVersion(id uint64) (Event, error) {
 	defer l.mu.Unlock()
 	began := time.Now()
 	ev := l.event(KindRestore)
-	v := l.hist.find(id)
-	if v == nil {
-		return ev, fmt.Errorf("%w: %d", ErrVersion, id)
-	}
 	prev := l.current
-	if v == prev {
-		return ev, nil
-	}
-	if err := l.install(v); err != nil {
+	v, err := l.hist.restore(id, prev, l.install)
+	if err != nil || v == prev {
 		return ev, err
 	}
-	l.hist.restored(prev)
 	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil

@@ -1,6 +1,9 @@
 package ror
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // history is a learner's versions: the first (the model as it was given) for
 // good, the later ones up to a limit, and the stack Undo walks back. Both
@@ -46,6 +49,37 @@ func (h *history[V]) dropUndo() { h.undo = h.undo[:len(h.undo)-1] }
 
 // restored notes that a restore replaced prev: Undo returns to it.
 func (h *history[V]) restored(prev *V) { h.undo = append(h.undo, prev) }
+
+// back installs the version Undo returns to, and takes it off the stack once
+// installed.
+func (h *history[V]) back(install func(*V) error) (*V, error) {
+	prev, ok := h.lastUndo()
+	if !ok {
+		return nil, ErrNothingToUndo
+	}
+	if err := install(prev); err != nil {
+		return nil, err
+	}
+	h.dropUndo()
+	return prev, nil
+}
+
+// restore installs version id in place of cur, which Undo then returns to. It
+// returns the version, cur itself when that is already id.
+func (h *history[V]) restore(id uint64, cur *V, install func(*V) error) (*V, error) {
+	v := h.find(id)
+	if v == nil {
+		return nil, fmt.Errorf("%w: %d", ErrVersion, id)
+	}
+	if v == cur {
+		return v, nil
+	}
+	if err := install(v); err != nil {
+		return nil, err
+	}
+	h.restored(cur)
+	return v, nil
+}
 
 // find is the version with id, or nil.
 func (h *history[V]) find(id uint64) *V {

@@ -85,14 +85,10 @@ func (l *Learner) Undo() (Event, error) {
 	defer l.busy.Unlock()
 	began := time.Now()
 	ev := Event{Kind: KindUndo, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: l.current.anchor}
-	prev, ok := l.hist.lastUndo()
-	if !ok {
-		return ev, ErrNothingToUndo
-	}
-	if err := l.install(prev); err != nil {
+	prev, err := l.hist.back(l.install)
+	if err != nil {
 		return ev, err
 	}
-	l.hist.dropUndo()
 	ev.VersionAfter, ev.AnchorAfter = prev.id, prev.anchor
 	ev.MS = ms(time.Since(began))
 	return ev, nil
@@ -105,20 +101,16 @@ func (l *Learner) RestoreVersion(id uint64) (Event, error) {
 	defer l.busy.Unlock()
 	began := time.Now()
 	ev := Event{Kind: KindRestore, VersionBefore: l.current.id, VersionAfter: l.current.id, AnchorBefore: l.current.anchor}
-	v := l.hist.find(id)
-	if v == nil {
-		return ev, fmt.Errorf("%w: %d", ErrVersion, id)
-	}
 	prev := l.current
-	if v == prev {
-		ev.AnchorAfter = v.anchor
-		return ev, nil
-	}
-	if err := l.install(v); err != nil {
+	v, err := l.hist.restore(id, prev, l.install)
+	if err != nil {
 		return ev, err
 	}
-	l.hist.restored(prev)
-	ev.VersionAfter, ev.AnchorAfter = v.id, v.anchor
+	ev.AnchorAfter = v.anchor
+	if v == prev {
+		return ev, nil
+	}
+	ev.VersionAfter = v.id
 	ev.MS = ms(time.Since(began))
 	return ev, nil
 }
