@@ -201,20 +201,14 @@ func (s *adaptScreen) startRound() {
 	s.progress.Show()
 	s.result.SetText("")
 	s.log.SetText(fmt.Sprintf("Run %d: reading the prompts…", job.RunID))
-	go func() {
-		for p := range job.Events {
-			s.u.do(func() {
-				if p.Steps > 0 {
-					s.progress.SetValue(float64(p.Step) / float64(p.Steps))
-				}
-				if p.Message != "" {
-					s.log.SetText(capitalize(p.Message) + ".")
-				}
-			})
+	s.u.follow(job, func(p app.Progress) {
+		if p.Steps > 0 {
+			s.progress.SetValue(float64(p.Step) / float64(p.Steps))
 		}
-		err := job.Wait()
-		s.u.do(func() { s.finished(job, err) })
-	}()
+		if p.Message != "" {
+			s.log.SetText(capitalize(p.Message) + ".")
+		}
+	}, func(err error) { s.finished(job, err) })
 }
 
 func (s *adaptScreen) finished(job *app.Job, err error) {

@@ -451,13 +451,7 @@ func (s *decideScreen) follow(job *app.Job) {
 	s.stats.SetText(fmt.Sprintf("Run %d: reading the rows and loading the model…", job.RunID))
 	s.log.SetText("")
 	s.results.SelectIndex(0)
-	go func() {
-		for p := range job.Events {
-			s.u.do(func() { s.onProgress(job, p) })
-		}
-		err := job.Wait()
-		s.u.do(func() { s.finished(job, err) })
-	}()
+	s.u.follow(job, func(p app.Progress) { s.onProgress(job, p) }, func(err error) { s.finished(job, err) })
 }
 
 func (s *decideScreen) onProgress(job *app.Job, p app.Progress) {

@@ -232,22 +232,16 @@ func (s *modelsScreen) watch(job *app.Job, title string, onEvent func(app.Progre
 	s.progress.Show()
 	s.cancel.Show()
 	s.quantize.Disable()
-	go func() {
-		for p := range job.Events {
-			s.u.do(func() { onEvent(p) })
+	s.u.follow(job, onEvent, func(err error) {
+		s.job = nil
+		s.progress.Hide()
+		s.cancel.Hide()
+		s.jobLabel.SetText(outcome(err))
+		if s.selected >= 0 {
+			s.quantize.Enable()
 		}
-		err := job.Wait()
-		s.u.do(func() {
-			s.job = nil
-			s.progress.Hide()
-			s.cancel.Hide()
-			s.jobLabel.SetText(outcome(err))
-			if s.selected >= 0 {
-				s.quantize.Enable()
-			}
-			s.refresh()
-		})
-	}()
+		s.refresh()
+	})
 }
 
 func paramsText(n int64) string {

@@ -183,12 +183,7 @@ func (s *runsScreen) resumeRun() {
 		s.u.show("Train")
 		return
 	}
-	go func() {
-		for range job.Events {
-		}
-		job.Wait()
-		s.u.do(s.refresh)
-	}()
+	s.u.follow(job, func(app.Progress) {}, func(error) { s.refresh() })
 	s.refresh()
 }
 

@@ -214,13 +214,7 @@ func (s *trainScreen) follow(job *app.Job, model string) {
 	s.progress.Show()
 	s.stats.SetText(fmt.Sprintf("Run %d: starting…", job.RunID))
 	s.log.SetText("")
-	go func() {
-		for p := range job.Events {
-			s.u.do(func() { s.onProgress(job, p) })
-		}
-		err := job.Wait()
-		s.u.do(func() { s.finished(job, model, err) })
-	}()
+	s.u.follow(job, func(p app.Progress) { s.onProgress(job, p) }, func(err error) { s.finished(job, model, err) })
 }
 
 func (s *trainScreen) onProgress(job *app.Job, p app.Progress) {

@@ -110,6 +110,18 @@ func (u *UI) do(fn func()) {
 	})
 }
 
+// follow hands a job's progress to onProgress and then its outcome to done,
+// each on the UI goroutine (do), from a goroutine that drains the job.
+func (u *UI) follow(job *app.Job, onProgress func(app.Progress), done func(error)) {
+	go func() {
+		for p := range job.Events {
+			u.do(func() { onProgress(p) })
+		}
+		err := job.Wait()
+		u.do(func() { done(err) })
+	}()
+}
+
 // show switches to the named screen.
 func (u *UI) show(name string) {
 	for _, t := range u.tabs.Items {
