@@ -27,6 +27,7 @@ type chatScreen struct {
 	model, adapter *widget.Select
 	earlier        *widget.Select   // the model's stored chats, to continue one
 	earlierIDs     map[string]int64 // earlier label -> chat id
+	asks           map[int64]string // chat id -> its first question ("" for none), read once
 	temp           *widget.Slider
 	tempLabel      *widget.Label
 	maxTokens      *widget.Entry
@@ -517,21 +518,32 @@ func (c *chatScreen) refreshEarlier() {
 
 // firstAsk is the start of stored chat id's first message from the user
 // ("" when it has none).
+// A chat that is not the open one gains no messages, so its answer is kept:
+// every settings change opens a chat, and the list is rebuilt each time.
 func (c *chatScreen) firstAsk(id int64) string {
+	if ask, ok := c.asks[id]; ok {
+		return ask
+	}
 	msgs, err := c.u.ws.Store.Messages(c.u.ctx, id)
 	if err != nil {
 		return ""
 	}
+	ask := ""
 	for _, m := range msgs {
 		if m.Role == "user" && strings.TrimSpace(m.Content) != "" {
 			r := []rune(strings.Join(strings.Fields(m.Content), " "))
 			if len(r) > 40 {
-				return string(r[:39]) + "…"
+				r = append(r[:39], '…')
 			}
-			return string(r)
+			ask = string(r)
+			break
 		}
 	}
-	return ""
+	if c.asks == nil {
+		c.asks = map[int64]string{}
+	}
+	c.asks[id] = ask
+	return ask
 }
 
 // resume continues stored chat id with the current settings: its messages
