@@ -37,16 +37,12 @@ func (w *Workspace) resumable(ctx context.Context, spec ChatSpec, info store.Mod
 }
 
 // restore puts stored messages back into the conversation, and makes the last
-// replies reachable by feedback again (their prompts rendered as the chat
-// sent them).
+// replies reachable by feedback again (their prompts are rendered as the chat
+// sent them when a thumb comes).
 func (c *ChatSession) restore(msgs []store.Message) {
 	for i, m := range msgs {
 		c.msgs = append(c.msgs, chat.Message{Role: m.Role, Content: m.Content})
 		if m.Role != "assistant" || c.raw || len(msgs)-i > 2*maxKeptReplies {
-			continue
-		}
-		prompt, err := c.rep.Prompt(c.msgs[:len(c.msgs)-1], c.opts.Render)
-		if err != nil {
 			continue
 		}
 		asked := ""
@@ -58,7 +54,8 @@ func (c *ChatSession) restore(msgs []store.Message) {
 			turn.Stats.GeneratedTokens = m.Stats.Tokens
 			turn.Stats.LogProb = m.Stats.LogProb
 		}
-		c.keepReply(&turn, prompt, asked)
+		conv := c.msgs[: len(c.msgs)-1 : len(c.msgs)-1] // its own view: later turns append elsewhere
+		c.keepReply(&turn, nil, conv, asked)
 	}
 }
 

@@ -30,10 +30,11 @@ const maxSeedAnchors = 16
 // chatReply is what feedback on a reply needs: the prompt the model read, the
 // reply and its mean token probability.
 type chatReply struct {
-	prompt []int
+	prompt []int          // nil until needed for a reply restored with its chat
+	conv   []chat.Message // the conversation before it, to render prompt from
 	text   string
 	prob   float64
-	asked  int // tokens of the user's message it answers
+	asked  string // the user's message it answers
 }
 
 // learnt is an example the chat's feedback adapter holds: what showing it to
@@ -48,13 +49,15 @@ type learnt struct {
 const exampleOverhead = 10
 
 // keepReply remembers the reply of turn for feedback and fills its confidence.
-func (c *ChatSession) keepReply(turn *Turn, prompt []int, asked string) {
+// A restored reply passes its conversation (conv) with a nil prompt: the
+// prompt is rendered when feedback needs it.
+func (c *ChatSession) keepReply(turn *Turn, prompt []int, conv []chat.Message, asked string) {
 	p := turn.Stats.TokenProbability()
 	turn.Confidence, turn.LowConfidence = p, p < ror.DefaultChatThreshold
 	if c.learner != nil {
 		turn.Confidence, turn.LowConfidence = c.learner.Adjusted(p)
 	}
-	if c.raw || len(prompt) == 0 || turn.Text == "" {
+	if c.raw || (len(prompt) == 0 && conv == nil) || turn.Text == "" {
 		return
 	}
 	if len(c.replies) >= maxKeptReplies {
@@ -64,11 +67,7 @@ func (c *ChatSession) keepReply(turn *Turn, prompt []int, asked string) {
 		}
 		delete(c.replies, oldest)
 	}
-	n := 0
-	if ids, err := c.rep.Tokenizer.Encode(asked, false); err == nil {
-		n = len(ids)
-	}
-	c.replies[turn.MessageID] = chatReply{prompt: prompt, text: turn.Text, prob: p, asked: n}
+	c.replies[turn.MessageID] = chatReply{prompt: prompt, conv: conv, text: turn.Text, prob: p, asked: asked}
 }
 
 // replyTokens is text as the model writes a reply: its tokens and the
@@ -122,7 +121,17 @@ func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, 
 			}
 		}
 	}
+	if r.prompt == nil {
+		var err error
+		if r.prompt, err = c.rep.Prompt(r.conv, c.opts.Render); err != nil {
+			return RoREvent{}, err
+		}
+	}
 	reply, err := c.replyTokens(r.text)
+	if err != nil {
+		return RoREvent{}, err
+	}
+	asked, err := c.rep.Tokenizer.Encode(r.asked, false)
 	if err != nil {
 		return RoREvent{}, err
 	}
@@ -150,7 +159,7 @@ func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, 
 	c.mu.Lock()
 	switch ev.Kind {
 	case RoRReinforce, RoRRetrain:
-		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: r.asked + len(ex.Reply) + exampleOverhead})
+		c.learnt = append(c.learnt, learnt{version: ev.VersionAfter, tokens: len(asked) + len(ex.Reply) + exampleOverhead})
 	}
 	c.mu.Unlock()
 	return ev, errors.Join(serr, c.recordRoR(ctx, messageID, ev))

@@ -228,7 +228,7 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 		c.recordTTT(ctx, turn)
 	}
 	if serr == nil {
-		c.keepReply(&turn, ids, text)
+		c.keepReply(&turn, ids, nil, text)
 	}
 	if merr := c.recordMemory(ctx, &turn); err == nil && serr == nil {
 		err = merr
