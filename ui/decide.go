@@ -420,7 +420,7 @@ func (s *decideScreen) spec() (app.DecideSpec, error) {
 	num(s.maxRows, "training rows", func(t string) (e error) { spec.MaxTrainRows, e = strconv.Atoi(t); return })
 	num(s.heldout, "held out", func(t string) (e error) { spec.Heldout, e = strconv.ParseFloat(t, 64); return })
 	if err == nil && (spec.Heldout < 0 || spec.Heldout >= 0.9) {
-		err = fmt.Errorf("held out is a share of the rows, between 0.05 and 0.5")
+		err = fmt.Errorf("held out is the share of rows set aside: give one below 0.9 (empty or 0 for the default)")
 	}
 	return spec, err
 }
