@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
 )
 
 // Decoding streams weights far larger than any cache, so the matrix-vector benchmarks cycle
@@ -195,11 +197,11 @@ func BenchmarkMatMulT_M512(b *testing.B) {
 	}
 }
 
-// BenchmarkSgemm is raw cblas at BenchmarkMatMulT_M512's shape, x (M, K) @ W^T (K, N).
+// BenchmarkSgemm is package blas's product at BenchmarkMatMulT_M512's shape, x (M, K) @ W^T (K, N).
 func BenchmarkSgemm(b *testing.B) {
 	x, wt, out := make([]float32, benchM*benchK), make([]float32, benchN*benchK), make([]float32, benchM*benchN)
 	for b.Loop() {
-		sgemmNT(out, x, wt, benchM, benchN, benchK, benchN)
+		blas.Sgemm(false, true, benchM, benchN, benchK, x, benchK, wt, benchK, 0, out, benchN)
 	}
 	b.ReportMetric(2*benchM*benchN*benchK*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

@@ -8,21 +8,13 @@
 // use dot(w_g, x_g) = s*dot(q_g, x_g) + b*sum(x_g) per group: AVX-512 or AVX2+FMA on x86-64,
 // chosen at run time, for 2, 4 and 8 bits; portable C written for the compiler to vectorize
 // (NEON on arm64) for those and every other width. Prefill and training (M large) are compute
-// bound: tiles of W are dequantized into a scratch buffer and multiplied by cblas_sgemm
-// (OpenBLAS, Accelerate on macOS), so they run near sgemm speed.
+// bound: tiles of W are dequantized into a scratch buffer and multiplied by package blas's
+// sgemm (OpenBLAS, Accelerate on macOS), so they run near sgemm speed.
 package qmm
 
 /*
 #cgo CFLAGS: -O3 -std=gnu11
-#cgo linux pkg-config: openblas
-#cgo darwin CFLAGS: -DACCELERATE_NEW_LAPACK
-#cgo darwin LDFLAGS: -framework Accelerate
 #include "qmm.h"
-#ifdef __APPLE__
-#include <Accelerate/Accelerate.h>
-#else
-#include <cblas.h>
-#endif
 */
 import "C"
 
@@ -31,6 +23,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
 )
 
 // Crossovers from the fused matrix-vector kernels to dequantize-and-sgemm, in rows of x. On
@@ -240,7 +234,7 @@ func getTile(n int) []float32 {
 }
 
 // tiledT computes out = x @ W^T one tile of W's rows at a time: out[:, n0:n1] =
-// x @ tile^T, with cblas spreading each product over the cores.
+// x @ tile^T, with package blas spreading each product over the cores.
 func tiledT(w *weights, out, x []float32, M int) {
 	K, N := w.K, w.N
 	T := tileRows(K)
@@ -249,14 +243,8 @@ func tiledT(w *weights, out, x []float32, M int) {
 	for n0 := 0; n0 < N; n0 += T {
 		n1 := min(n0+T, N)
 		dequantTile(w, buf, n0, n1)
-		sgemmNT(out[n0:], x, buf, M, n1-n0, K, N)
+		blas.Sgemm(false, true, M, n1-n0, K, x, K, buf, K, 0, out[n0:], N)
 	}
-}
-
-// sgemmNT sets out (M, N), row stride ldo, to x (M, K) @ w^T for w (N, K).
-func sgemmNT(out, x, w []float32, M, N, K, ldo int) {
-	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasTrans, C.int(M), C.int(N), C.int(K),
-		1, (*C.float)(&x[0]), C.int(K), (*C.float)(&w[0]), C.int(K), 0, (*C.float)(&out[0]), C.int(ldo))
 }
 
 // tiled computes out = x @ W one tile of W's rows at a time, accumulating
@@ -269,12 +257,11 @@ func tiled(w *weights, out, x []float32, M int) {
 	for n0 := 0; n0 < N; n0 += T {
 		n1 := min(n0+T, N)
 		dequantTile(w, buf, n0, n1)
-		beta := C.float(1)
+		beta := float32(1)
 		if n0 == 0 {
 			beta = 0
 		}
-		C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasNoTrans, C.int(M), C.int(K), C.int(n1-n0),
-			1, (*C.float)(&x[n0]), C.int(N), (*C.float)(&buf[0]), C.int(K), beta, (*C.float)(&out[0]), C.int(K))
+		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, buf, K, beta, out, K)
 	}
 }
 

@@ -1,0 +1,177 @@
+// Package blas is the cpu backend's one door to the system BLAS (OpenBLAS on Linux,
+// Accelerate on macOS): single-precision GEMM and GEMV, split over the cores here, in Go.
+//
+// Why not let OpenBLAS thread its own calls: the backend already runs attention heads,
+// elementwise passes and the quantized kernels on goroutines, and OpenBLAS's pthreads
+// spin (sched_yield) for a while after every call waiting for the next one. On a 2-core
+// machine those spinning threads took the cores from the goroutines that had work: 25% of
+// a prefill's samples were OpenBLAS threads yielding, and with any other load on the
+// machine (a browser, a build) a 2.4M-parameter model prefilled 11 tokens in 190 ms. So on
+// Linux OpenBLAS is told to use one thread, once, and every product big enough to be
+// worth it is cut into one block of rows or columns per core, each a single-threaded call
+// on its own goroutine. Go's scheduler then sees all the work, and nothing spins.
+//
+// Accelerate schedules its own work (and may run it on the matrix coprocessor), so on
+// macOS calls go to it whole.
+package blas
+
+/*
+#cgo linux pkg-config: openblas
+#cgo darwin CFLAGS: -DACCELERATE_NEW_LAPACK
+#cgo darwin LDFLAGS: -framework Accelerate
+#ifdef __APPLE__
+#include <Accelerate/Accelerate.h>
+static void inloop_blas_single_thread(void) {}
+#else
+#include <cblas.h>
+static void inloop_blas_single_thread(void) { openblas_set_num_threads(1); }
+#endif
+
+static void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                         const float *b, int ldb, float beta, float *c, int ldc) {
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+	            m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void inloop_sgemv(int trans, int m, int n, const float *a, int lda, const float *x, float beta, float *y) {
+	cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, m, n, 1.0f, a, lda, x, 1, beta, y, 1);
+}
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync"
+)
+
+// split reports whether calls are cut over the cores here (BLAS itself single-threaded).
+var split = runtime.GOOS != "darwin"
+
+func init() {
+	C.inloop_blas_single_thread()
+}
+
+// Below these many multiply-adds a core, one more goroutine costs more than it saves
+// (a wake-up is a few microseconds; a core does ~10^5 multiply-adds in that time).
+const (
+	gemmGrain = 1 << 18
+	gemvGrain = 1 << 16
+)
+
+// Sgemm computes C = op(A)·op(B) + beta·C for row-major matrices, with op a transpose
+// when ta/tb; lda/ldb/ldc are row strides. C is (m, n), op(A) (m, k), op(B) (k, n). All
+// slices are Go or C memory without Go pointers inside. It returns when C is written.
+func Sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		for i := range m {
+			row := c[i*ldc : i*ldc+n]
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+		return
+	}
+	parts := ways(m*n*k, gemmGrain)
+	if parts <= 1 {
+		sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	// Cut the larger side of C. Columns are cut in multiples of 16 (whole vector
+	// registers in the kernels' micro-tiles), rows in multiples of 4.
+	if n >= m {
+		run(n, 16, parts, func(j0, j1 int) {
+			bo := j0 // op(B) columns j0..: B's columns, or B's rows when transposed
+			if tb {
+				bo = j0 * ldb
+			}
+			sgemm(ta, tb, m, j1-j0, k, a, lda, b[bo:], ldb, beta, c[j0:], ldc)
+		})
+		return
+	}
+	run(m, 4, parts, func(i0, i1 int) {
+		ao := i0 * lda // op(A) rows i0..: A's rows, or A's columns when transposed
+		if ta {
+			ao = i0
+		}
+		sgemm(ta, tb, i1-i0, n, k, a[ao:], lda, b, ldb, beta, c[i0*ldc:], ldc)
+	})
+}
+
+// Sgemv computes y = op(A)·x + beta·y for a row-major A (m, n) with row stride lda, op a
+// transpose when trans. (A matrix-vector product through Sgemm would pack the whole
+// matrix first; this streams it.)
+func Sgemv(trans bool, m, n int, a []float32, lda int, x []float32, beta float32, y []float32) {
+	if m == 0 || n == 0 {
+		return
+	}
+	parts := ways(m*n, gemvGrain)
+	if parts <= 1 {
+		sgemv(trans, m, n, a, lda, x, beta, y)
+		return
+	}
+	if !trans { // y (m) = A·x: each core takes rows of A
+		run(m, 4, parts, func(i0, i1 int) {
+			sgemv(false, i1-i0, n, a[i0*lda:], lda, x, beta, y[i0:])
+		})
+		return
+	}
+	// y (n) = Aᵀ·x: each core takes columns of A, which keeps every row's read
+	// contiguous per core and needs no reduction.
+	run(n, 16, parts, func(j0, j1 int) {
+		sgemv(true, m, j1-j0, a[j0:], lda, x, beta, y[j0:])
+	})
+}
+
+func sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	C.inloop_sgemm(cbool(ta), cbool(tb), C.int(m), C.int(n), C.int(k),
+		(*C.float)(&a[0]), C.int(lda), (*C.float)(&b[0]), C.int(ldb), C.float(beta), (*C.float)(&c[0]), C.int(ldc))
+}
+
+func sgemv(trans bool, m, n int, a []float32, lda int, x []float32, beta float32, y []float32) {
+	C.inloop_sgemv(cbool(trans), C.int(m), C.int(n), (*C.float)(&a[0]), C.int(lda), (*C.float)(&x[0]), C.float(beta), (*C.float)(&y[0]))
+}
+
+func cbool(v bool) C.int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// ways is how many cores a call of work multiply-adds should use: 1 where BLAS threads
+// itself, else one per grain of work, at most one per core.
+func ways(work, grain int) int {
+	if !split {
+		return 1
+	}
+	return max(1, min(runtime.GOMAXPROCS(0), work/grain))
+}
+
+// run cuts [0, n) into parts contiguous ranges, multiples of align except the last, and
+// calls f on each concurrently, the first on the calling goroutine.
+func run(n, align, parts int, f func(lo, hi int)) {
+	parts = min(parts, (n+align-1)/align)
+	var wg sync.WaitGroup
+	first := 0
+	for i := parts - 1; i >= 0; i-- {
+		lo := min(n, (n*i/parts+align-1)/align*align)
+		hi := n
+		if i < parts-1 {
+			hi = min(n, (n*(i+1)/parts+align-1)/align*align)
+		}
+		switch {
+		case hi <= lo:
+		case i == 0:
+			first = hi
+		default:
+			wg.Go(func() { f(lo, hi) })
+		}
+	}
+	if first > 0 {
+		f(0, first)
+	}
+	wg.Wait()
+}
