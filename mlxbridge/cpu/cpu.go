@@ -11,9 +11,9 @@ package cpu
 import (
 	"fmt"
 	"runtime"
-	"sync"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
 )
 
 func init() {
@@ -120,7 +120,7 @@ func roundTo(dt mx.DType, v []float32) {
 var workers = runtime.GOMAXPROCS(0)
 
 // parallel splits [0, n) into contiguous chunks of at least grain items and runs
-// f on them across cores; small jobs run inline.
+// f on them across cores (package par's workers); small jobs run inline.
 func parallel(n, grain int, f func(lo, hi int)) {
 	w := min(workers, n/max(grain, 1))
 	if w <= 1 {
@@ -129,17 +129,7 @@ func parallel(n, grain int, f func(lo, hi int)) {
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(lo, hi)
-		}()
-	}
-	wg.Wait()
+	par.Ranges(n, 1, w, f)
 }
 
 // stridesOf returns contiguous row-major strides.

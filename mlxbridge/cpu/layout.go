@@ -38,10 +38,20 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 	sa := bstrides(as[:len(as)-2], batch)
 	sb := bstrides(bs[:len(bs)-2], batch)
 	ma, mb := as[len(as)-2]*as[len(as)-1], bs[len(bs)-2]*bs[len(bs)-1]
-	rows(append(append([]int(nil), batch...), 1), [][]int{append(sa, 0), append(sb, 0)}, []int{0, 0}, 0, nb,
-		func(i int, offs []int) {
-			sgemm(ta, tb, m, n, k, af[offs[0]*ma:], lda, bf[offs[1]*mb:], ldb, 0, res[i*m*n:], n)
+	// Batched products (attention's per-head scores): a batch element per core when each
+	// is small, else one at a time with each product cut over the cores.
+	shape, strides := append(append([]int(nil), batch...), 1), [][]int{append(sa, 0), append(sb, 0)}
+	if m*n*k < 1<<21 {
+		parallel(nb, max(1, (1<<19)/(m*n*k)), func(lo, hi int) {
+			rows(shape, strides, []int{0, 0}, lo, hi, func(i int, offs []int) {
+				sgemmOne(ta, tb, m, n, k, af[offs[0]*ma:], lda, bf[offs[1]*mb:], ldb, 0, res[i*m*n:], n)
+			})
 		})
+		return fbuf(res), nil
+	}
+	rows(shape, strides, []int{0, 0}, 0, nb, func(i int, offs []int) {
+		sgemm(ta, tb, m, n, k, af[offs[0]*ma:], lda, bf[offs[1]*mb:], ldb, 0, res[i*m*n:], n)
+	})
 	return fbuf(res), nil
 }
 

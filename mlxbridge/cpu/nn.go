@@ -90,7 +90,7 @@ func (a *attention) probs(bh int, p []float32) {
 	bi, hh := bh/a.hq, bh%a.hq
 	kv := bi*a.hkv + hh/(a.hq/a.hkv)
 	l, s, d := a.l, a.s, a.d
-	sgemm(false, true, l, s, d, a.q[bh*l*d:], d, a.k[kv*s*d:], d, 0, p, s)
+	sgemmOne(false, true, l, s, d, a.q[bh*l*d:], d, a.k[kv*s*d:], d, 0, p, s)
 	if a.mst == nil { // no explicit mask: scale, causal limit and softmax in one C pass
 		first := s
 		if a.causal {
@@ -136,7 +136,7 @@ func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.
 		for bh := lo; bh < hi; bh++ {
 			a.probs(bh, p)
 			kv := a.kvHead(bh)
-			sgemm(false, false, a.l, a.dv, a.s, p, a.s, a.v[kv*a.s*a.dv:], a.dv, 0, out[bh*a.l*a.dv:], a.dv)
+			sgemmOne(false, false, a.l, a.dv, a.s, p, a.s, a.v[kv*a.s*a.dv:], a.dv, 0, out[bh*a.l*a.dv:], a.dv)
 		}
 	})
 	roundTo(q.DType(), out)
@@ -162,8 +162,8 @@ func (be *Backend) SDPAVJP(q, k, v *mx.Array, scale float32, causal bool, mask, 
 				bh := bi*a.hq + gi*rep + r
 				a.probs(bh, p)
 				do := gf[bh*l*dvd:]
-				sgemm(true, false, s, dvd, l, p, s, do, dvd, 1, dV[kv*s*dvd:], dvd)
-				sgemm(false, true, l, s, dvd, do, dvd, a.v[kv*s*dvd:], dvd, 0, dp, s)
+				sgemmOne(true, false, s, dvd, l, p, s, do, dvd, 1, dV[kv*s*dvd:], dvd)
+				sgemmOne(false, true, l, s, dvd, do, dvd, a.v[kv*s*dvd:], dvd, 0, dp, s)
 				for i := 0; i < l; i++ {
 					pr, dr := p[i*s:(i+1)*s], dp[i*s:(i+1)*s]
 					var dot float64
@@ -174,8 +174,8 @@ func (be *Backend) SDPAVJP(q, k, v *mx.Array, scale float32, causal bool, mask, 
 						dr[j] = pr[j] * (dr[j] - float32(dot)) * scale
 					}
 				}
-				sgemm(false, false, l, d, s, dp, s, a.k[kv*s*d:], d, 0, dQ[bh*l*d:], d)
-				sgemm(true, false, s, d, l, dp, s, a.q[bh*l*d:], d, 1, dK[kv*s*d:], d)
+				sgemmOne(false, false, l, d, s, dp, s, a.k[kv*s*d:], d, 0, dQ[bh*l*d:], d)
+				sgemmOne(true, false, s, d, l, dp, s, a.q[bh*l*d:], d, 1, dK[kv*s*d:], d)
 			}
 		}
 	})

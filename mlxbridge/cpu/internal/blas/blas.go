@@ -9,7 +9,7 @@
 // machine (a browser, a build) a 2.4M-parameter model prefilled 11 tokens in 190 ms. So on
 // Linux OpenBLAS is told to use one thread, once, and every product big enough to be
 // worth it is cut into one block of rows or columns per core, each a single-threaded call
-// on its own goroutine. Go's scheduler then sees all the work, and nothing spins.
+// on one of package par's workers. Go's scheduler then sees all the work, and nothing spins.
 //
 // Accelerate schedules its own work (and may run it on the matrix coprocessor), so on
 // macOS calls go to it whole.
@@ -21,10 +21,10 @@ package blas
 #cgo darwin LDFLAGS: -framework Accelerate
 #ifdef __APPLE__
 #include <Accelerate/Accelerate.h>
-static void inloop_blas_single_thread(void) {}
+static void inloop_blas_threads(int n) { (void)n; }
 #else
 #include <cblas.h>
-static void inloop_blas_single_thread(void) { openblas_set_num_threads(1); }
+static void inloop_blas_threads(int n) { openblas_set_num_threads(n); }
 #endif
 
 static void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, int lda,
@@ -41,21 +41,30 @@ import "C"
 
 import (
 	"runtime"
-	"sync"
+
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
 )
 
 // split reports whether calls are cut over the cores here (BLAS itself single-threaded).
 var split = runtime.GOOS != "darwin"
 
 func init() {
-	C.inloop_blas_single_thread()
+	C.inloop_blas_threads(1)
 }
 
-// Below these many multiply-adds a core, one more goroutine costs more than it saves
-// (a wake-up is a few microseconds; a core does ~10^5 multiply-adds in that time).
+// threadedBLAS hands calls to BLAS whole with n threads of its own (n > 1), or returns to
+// the split (n = 1); benchmarks use it to compare the two.
+func threadedBLAS(n int) {
+	split = n <= 1 && runtime.GOOS != "darwin"
+	C.inloop_blas_threads(C.int(n))
+}
+
+// Below these many multiply-adds a core, one more goroutine costs more than it saves:
+// waking one and warming its cache costs several microseconds, in which a core does
+// ~10^5–10^6 multiply-adds of a GEMM, or streams ~100 KB of a GEMV's matrix.
 const (
-	gemmGrain = 1 << 18
-	gemvGrain = 1 << 16
+	gemmGrain = 1 << 21
+	gemvGrain = 1 << 18
 )
 
 // Sgemm computes C = op(A)·op(B) + beta·C for row-major matrices, with op a transpose
@@ -82,7 +91,7 @@ func Sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 	// Cut the larger side of C. Columns are cut in multiples of 16 (whole vector
 	// registers in the kernels' micro-tiles), rows in multiples of 4.
 	if n >= m {
-		run(n, 16, parts, func(j0, j1 int) {
+		par.Ranges(n, 16, parts, func(j0, j1 int) {
 			bo := j0 // op(B) columns j0..: B's columns, or B's rows when transposed
 			if tb {
 				bo = j0 * ldb
@@ -91,7 +100,7 @@ func Sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 		})
 		return
 	}
-	run(m, 4, parts, func(i0, i1 int) {
+	par.Ranges(m, 4, parts, func(i0, i1 int) {
 		ao := i0 * lda // op(A) rows i0..: A's rows, or A's columns when transposed
 		if ta {
 			ao = i0
@@ -113,16 +122,26 @@ func Sgemv(trans bool, m, n int, a []float32, lda int, x []float32, beta float32
 		return
 	}
 	if !trans { // y (m) = A·x: each core takes rows of A
-		run(m, 4, parts, func(i0, i1 int) {
+		par.Ranges(m, 4, parts, func(i0, i1 int) {
 			sgemv(false, i1-i0, n, a[i0*lda:], lda, x, beta, y[i0:])
 		})
 		return
 	}
 	// y (n) = Aᵀ·x: each core takes columns of A, which keeps every row's read
 	// contiguous per core and needs no reduction.
-	run(n, 16, parts, func(j0, j1 int) {
+	par.Ranges(n, 16, parts, func(j0, j1 int) {
 		sgemv(true, m, j1-j0, a[j0:], lda, x, beta, y[j0:])
 	})
+}
+
+// SgemmOne is Sgemm on the calling goroutine only, for callers that already run one
+// product per core (attention heads, batched products).
+func SgemmOne(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 || k == 0 {
+		Sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) // the same edge cases, no split
+		return
+	}
+	sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
 }
 
 func sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
@@ -148,30 +167,4 @@ func ways(work, grain int) int {
 		return 1
 	}
 	return max(1, min(runtime.GOMAXPROCS(0), work/grain))
-}
-
-// run cuts [0, n) into parts contiguous ranges, multiples of align except the last, and
-// calls f on each concurrently, the first on the calling goroutine.
-func run(n, align, parts int, f func(lo, hi int)) {
-	parts = min(parts, (n+align-1)/align)
-	var wg sync.WaitGroup
-	first := 0
-	for i := parts - 1; i >= 0; i-- {
-		lo := min(n, (n*i/parts+align-1)/align*align)
-		hi := n
-		if i < parts-1 {
-			hi = min(n, (n*(i+1)/parts+align-1)/align*align)
-		}
-		switch {
-		case hi <= lo:
-		case i == 0:
-			first = hi
-		default:
-			wg.Go(func() { f(lo, hi) })
-		}
-	}
-	if first > 0 {
-		f(0, first)
-	}
-	wg.Wait()
 }

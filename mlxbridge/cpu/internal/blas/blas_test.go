@@ -107,31 +107,6 @@ func TestSgemvMatchesNaive(t *testing.T) {
 	}
 }
 
-// TestRunCoversOnce checks the split: every index in exactly one range, ranges aligned.
-func TestRunCoversOnce(t *testing.T) {
-	for _, n := range []int{1, 5, 16, 17, 100, 1031} {
-		for parts := 1; parts <= 5; parts++ {
-			seen := make([]int32, n)
-			done := make(chan [2]int, parts)
-			run(n, 4, parts, func(lo, hi int) { done <- [2]int{lo, hi} })
-			close(done)
-			for r := range done {
-				if r[0]%4 != 0 {
-					t.Errorf("n=%d parts=%d: range %v starts unaligned", n, parts, r)
-				}
-				for i := r[0]; i < r[1]; i++ {
-					seen[i]++
-				}
-			}
-			for i, s := range seen {
-				if s != 1 {
-					t.Fatalf("n=%d parts=%d: index %d covered %d times", n, parts, i, s)
-				}
-			}
-		}
-	}
-}
-
 // BenchmarkSgemm1024 is a 1024³ product, split over the cores here.
 func BenchmarkSgemm1024(b *testing.B) {
 	const n = 1024
@@ -142,4 +117,27 @@ func BenchmarkSgemm1024(b *testing.B) {
 	}
 	b.ReportMetric(2*n*n*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "cores")
+}
+
+// BenchmarkSgemvSplitOrThreaded compares Sgemv cut over package par's workers with the
+// same call handed whole to a BLAS running two threads of its own, at decode's shapes
+// (Qwen3-0.6B's projections, and its 151,936-row tied head, which no cache holds).
+func BenchmarkSgemvSplitOrThreaded(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, sh := range [][2]int{{3072, 1024}, {1024, 3072}, {2048, 1024}, {151936, 1024}} {
+		m, n := sh[0], sh[1]
+		a, x, y := randFloats(r, m*n), randFloats(r, n), make([]float32, m)
+		for _, mode := range []string{"split", "openblas2"} {
+			b.Run(fmt.Sprintf("%dx%d/%s", m, n, mode), func(b *testing.B) {
+				if mode == "openblas2" {
+					threadedBLAS(2)
+					defer threadedBLAS(1)
+				}
+				for b.Loop() {
+					Sgemv(false, m, n, a, n, x, 0, y)
+				}
+				b.ReportMetric(float64(4*m*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
 }

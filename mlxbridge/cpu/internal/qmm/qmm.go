@@ -25,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
 )
 
 // Crossovers from the fused matrix-vector kernels to dequantize-and-sgemm, in rows of x. On
@@ -288,14 +289,7 @@ func split(n, align, costPerItem int) [][2]int {
 
 // run calls fn(i, lo, hi) for every range concurrently, the first on the calling goroutine.
 func run(ranges [][2]int, fn func(i, lo, hi int)) {
-	var wg sync.WaitGroup
-	for i := 1; i < len(ranges); i++ {
-		wg.Go(func() { fn(i, ranges[i][0], ranges[i][1]) })
-	}
-	if len(ranges) > 0 {
-		fn(0, ranges[0][0], ranges[0][1])
-	}
-	wg.Wait()
+	par.Run(len(ranges), func(i int) { fn(i, ranges[i][0], ranges[i][1]) })
 }
 
 // parallel runs fn over split(n, align, costPerItem).
