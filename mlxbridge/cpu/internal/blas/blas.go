@@ -63,8 +63,8 @@ func threadedBLAS(n int) {
 // waking one and warming its cache costs several microseconds, in which a core does
 // ~10^5–10^6 multiply-adds of a GEMM, or streams ~100 KB of a GEMV's matrix.
 const (
-	gemmGrain = 1 << 21
-	gemvGrain = 1 << 18
+	gemmGrain = 1 << 19
+	gemvGrain = 1 << 16
 )
 
 // Sgemm computes C = op(A)·op(B) + beta·C for row-major matrices, with op a transpose
