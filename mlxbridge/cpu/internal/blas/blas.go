@@ -64,7 +64,7 @@ func threadedBLAS(n int) {
 // ~10^5–10^6 multiply-adds of a GEMM, or streams ~100 KB of a GEMV's matrix.
 const (
 	gemmGrain = 1 << 19
-	gemvGrain = 1 << 16
+	gemvGrain = 1 << 14
 )
 
 // Sgemm computes C = op(A)·op(B) + beta·C for row-major matrices, with op a transpose

@@ -24,17 +24,32 @@ import (
 // shorter than anything a user would notice a core busy for.
 const spinFor = 100 * time.Microsecond
 
+// group is one Run: its function and how many parts other than the caller's are left.
+type group struct {
+	f       func(i int)
+	left    atomic.Int32
+	waiting atomic.Bool   // the caller stopped spinning and waits on done
+	done    chan struct{} // made by the caller before it sets waiting
+}
+
+func (g *group) finish() {
+	if g.left.Add(-1) == 0 && g.waiting.Load() {
+		close(g.done)
+	}
+}
+
 type worker struct {
-	state atomic.Int32 // idle, assigned (job set), running
-	job   func()
+	state atomic.Int32 // idle, reserved (by a caller writing g, i), assigned
+	g     *group
+	i     int
 	wake  chan struct{}
 	_     [64]byte // keep workers' states on separate cache lines
 }
 
 const (
 	idle int32 = iota
+	reserved
 	assigned
-	running
 )
 
 var pool = sync.OnceValue(func() []*worker {
@@ -53,19 +68,22 @@ func (w *worker) loop() {
 			<-w.wake
 			continue
 		}
-		w.state.Store(running)
-		w.job()
-		w.job = nil
+		g, i := w.g, w.i
+		g.f(i)
+		w.g = nil
+		// Idle only once the part has returned: a loop nested in it must not hand
+		// its parts to the worker that is running it.
 		w.state.Store(idle)
+		g.finish()
 	}
 }
 
-// take gives f to w if w is idle, and wakes it.
-func (w *worker) take(f func()) bool {
-	if !w.state.CompareAndSwap(idle, running) { // running: reserved while job is set
+// take gives part i of g to w if w is idle, and wakes it.
+func (w *worker) take(g *group, i int) bool {
+	if w.state.Load() != idle || !w.state.CompareAndSwap(idle, reserved) {
 		return false
 	}
-	w.job = f
+	w.g, w.i = g, i
 	w.state.Store(assigned)
 	select {
 	case w.wake <- struct{}{}:
@@ -74,19 +92,24 @@ func (w *worker) take(f func()) bool {
 	return true
 }
 
-// spin polls cond for up to spinFor, yielding between polls, and reports whether it
-// became true.
+// spin polls cond for up to spinFor and reports whether it became true. It yields the
+// core to other goroutines only now and then: a yield goes through the scheduler, which
+// costs more than most hand-overs it waits for.
 func spin(cond func() bool) bool {
-	start := time.Now()
+	var start time.Time
 	for i := 0; ; i++ {
 		if cond() {
 			return true
 		}
-		if i%16 == 15 {
-			if time.Since(start) > spinFor {
+		if i%256 == 255 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > spinFor {
 				return false
 			}
-			runtime.Gosched()
+			if i%4096 == 4095 {
+				runtime.Gosched()
+			}
 		}
 	}
 }
@@ -101,40 +124,33 @@ func Run(parts int, f func(i int)) {
 		}
 		return
 	}
-	var left atomic.Int32
-	left.Store(int32(parts - 1))
-	done := make(chan struct{})
-	var waiting atomic.Bool
-	finish := func() {
-		if left.Add(-1) == 0 && waiting.Load() {
-			close(done)
-		}
-	}
+	g := &group{f: f}
+	g.left.Store(int32(parts - 1))
 	ws := pool()
 	next := 0
 	for i := 1; i < parts; i++ {
-		job := func() {
-			defer finish()
-			f(i)
-		}
 		placed := false
 		for next < len(ws) && !placed {
-			placed = ws[next].take(job)
+			placed = ws[next].take(g, i)
 			next++
 		}
 		if !placed {
-			go job()
+			go func() {
+				f(i)
+				g.finish()
+			}()
 		}
 	}
 	f(0)
-	if spin(func() bool { return left.Load() == 0 }) {
+	if spin(func() bool { return g.left.Load() == 0 }) {
 		return
 	}
-	waiting.Store(true)
-	if left.Load() == 0 {
+	g.done = make(chan struct{})
+	g.waiting.Store(true)
+	if g.left.Load() == 0 {
 		return // the last part finished before it could see waiting
 	}
-	<-done
+	<-g.done
 }
 
 // Ranges calls f(lo, hi) over parts contiguous ranges cutting [0, n), each but the last
