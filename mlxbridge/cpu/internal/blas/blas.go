@@ -9,14 +9,20 @@
 // machine (a browser, a build) a 2.4M-parameter model prefilled 11 tokens in 190 ms. So on
 // Linux OpenBLAS is told to use one thread, once, and every product big enough to be
 // worth it is cut into one block of rows or columns per core, each a single-threaded call
-// on one of package par's workers. Go's scheduler then sees all the work, and nothing spins.
+// on a small pool of threads of our own (pool.c) that spin for 100 µs after a part, not
+// OpenBLAS's tens of milliseconds, and then sleep. They are C threads, not goroutines: a
+// matrix-vector product's second half handed to a goroutine waited whenever the Go
+// scheduler's two Ps were taken (by the collector, by another parallel loop), and decoding
+// a float32 SmolLM2-135M ran at half speed.
 //
 // Accelerate schedules its own work (and may run it on the matrix coprocessor), so on
 // macOS calls go to it whole.
 package blas
 
 /*
+#cgo CFLAGS: -O2 -std=gnu11
 #cgo linux pkg-config: openblas
+#cgo linux LDFLAGS: -lpthread
 #cgo darwin CFLAGS: -DACCELERATE_NEW_LAPACK
 #cgo darwin LDFLAGS: -framework Accelerate
 #ifdef __APPLE__
@@ -36,20 +42,21 @@ static void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, in
 static void inloop_sgemv(int trans, int m, int n, const float *a, int lda, const float *x, float beta, float *y) {
 	cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, m, n, 1.0f, a, lda, x, 1, beta, y, 1);
 }
+
+#include "pool.h"
 */
 import "C"
 
-import (
-	"runtime"
-
-	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
-)
+import "runtime"
 
 // split reports whether calls are cut over the cores here (BLAS itself single-threaded).
 var split = runtime.GOOS != "darwin"
 
 func init() {
 	C.inloop_blas_threads(1)
+	if split {
+		C.inloop_pool_start(C.int(runtime.GOMAXPROCS(0) - 1))
+	}
 }
 
 // threadedBLAS hands calls to BLAS whole with n threads of its own (n > 1), or returns to
@@ -59,9 +66,10 @@ func threadedBLAS(n int) {
 	C.inloop_blas_threads(C.int(n))
 }
 
-// Below these many multiply-adds a core, one more goroutine costs more than it saves:
-// waking one and warming its cache costs several microseconds, in which a core does
-// ~10^5–10^6 multiply-adds of a GEMM, or streams ~100 KB of a GEMV's matrix.
+// Below these many multiply-adds a core, handing part of a call to another core costs
+// more than it saves: a hand-over to a spinning pool thread is about a microsecond, plus
+// the other core's cold cache, in which a core does ~10^5 multiply-adds of a GEMM or
+// streams ~64 KB of a GEMV's matrix.
 const (
 	gemmGrain = 1 << 19
 	gemvGrain = 1 << 14
@@ -88,25 +96,11 @@ func Sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 		sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	// Cut the larger side of C. Columns are cut in multiples of 16 (whole vector
-	// registers in the kernels' micro-tiles), rows in multiples of 4.
-	if n >= m {
-		par.Ranges(n, 16, parts, func(j0, j1 int) {
-			bo := j0 // op(B) columns j0..: B's columns, or B's rows when transposed
-			if tb {
-				bo = j0 * ldb
-			}
-			sgemm(ta, tb, m, j1-j0, k, a, lda, b[bo:], ldb, beta, c[j0:], ldc)
-		})
-		return
-	}
-	par.Ranges(m, 4, parts, func(i0, i1 int) {
-		ao := i0 * lda // op(A) rows i0..: A's rows, or A's columns when transposed
-		if ta {
-			ao = i0
-		}
-		sgemm(ta, tb, i1-i0, n, k, a[ao:], lda, b, ldb, beta, c[i0*ldc:], ldc)
-	})
+	// Cut the larger side of C: columns in multiples of 16 (whole vector registers in
+	// the kernels' micro-tiles), rows in multiples of 4.
+	C.inloop_sgemm_par(cbool(ta), cbool(tb), C.int(m), C.int(n), C.int(k),
+		(*C.float)(&a[0]), C.int(lda), (*C.float)(&b[0]), C.int(ldb), C.float(beta), (*C.float)(&c[0]), C.int(ldc),
+		C.int(parts), cbool(n >= m))
 }
 
 // Sgemv computes y = op(A)·x + beta·y for a row-major A (m, n) with row stride lda, op a
@@ -121,17 +115,10 @@ func Sgemv(trans bool, m, n int, a []float32, lda int, x []float32, beta float32
 		sgemv(trans, m, n, a, lda, x, beta, y)
 		return
 	}
-	if !trans { // y (m) = A·x: each core takes rows of A
-		par.Ranges(m, 4, parts, func(i0, i1 int) {
-			sgemv(false, i1-i0, n, a[i0*lda:], lda, x, beta, y[i0:])
-		})
-		return
-	}
-	// y (n) = Aᵀ·x: each core takes columns of A, which keeps every row's read
-	// contiguous per core and needs no reduction.
-	par.Ranges(n, 16, parts, func(j0, j1 int) {
-		sgemv(true, m, j1-j0, a[j0:], lda, x, beta, y[j0:])
-	})
+	// y (m) = A·x: each core takes rows of A. y (n) = Aᵀ·x: each core takes columns of
+	// A, which keeps every row's read contiguous per core and needs no reduction.
+	C.inloop_sgemv_par(cbool(trans), C.int(m), C.int(n), (*C.float)(&a[0]), C.int(lda), (*C.float)(&x[0]),
+		C.float(beta), (*C.float)(&y[0]), C.int(parts))
 }
 
 // SgemmOne is Sgemm on the calling goroutine only, for callers that already run one
