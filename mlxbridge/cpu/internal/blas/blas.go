@@ -9,7 +9,7 @@
 // machine (a browser, a build) a 2.4M-parameter model prefilled 11 tokens in 190 ms. So on
 // Linux OpenBLAS is told to use one thread, once, and every product big enough to be
 // worth it is cut into one block of rows or columns per core, each a single-threaded call
-// on a small pool of threads of our own (pool.c) that spin for 100 µs after a part, not
+// on a small pool of threads of our own (pool.c) that spin for 20 µs after a part, not
 // OpenBLAS's tens of milliseconds, and then sleep. They are C threads, not goroutines: a
 // matrix-vector product's second half handed to a goroutine waited whenever the Go
 // scheduler's two Ps were taken (by the collector, by another parallel loop), and decoding
