@@ -157,6 +157,8 @@ type (
 	}
 	// MemoryReporter reports bytes held by the backend.
 	MemoryReporter interface{ Memory() (active, peak int64) }
+	// PeakResetter restarts the backend's peak from what it holds now.
+	PeakResetter interface{ ResetPeakMemory() }
 )
 
 // Opener makes a backend, or returns an error wrapping ErrUnavailable.
@@ -259,6 +261,17 @@ func Default() Backend {
 	}
 	SetDefault(b)
 	return b
+}
+
+// ResetPeakMemory restarts b's peak (Memory's second figure) from what b holds now, where
+// b can: a benchmark or a job measures its own peak, not the process's. It reports
+// whether b could.
+func ResetPeakMemory(b Backend) bool {
+	if r, ok := b.(PeakResetter); ok {
+		r.ResetPeakMemory()
+		return true
+	}
+	return false
 }
 
 // Memory reports the bytes a backend holds, where it can tell.

@@ -63,6 +63,9 @@ func (be *Backend) Memory() (active, peak int64) {
 	return arrays + pooled + g, max(p+g, arrays+pooled+g)
 }
 
+// ResetPeakMemory restarts the peak from the array and pool bytes held now.
+func (be *Backend) ResetPeakMemory() { resetPeak() }
+
 // MemoryDetail splits Memory's active figure into its parts.
 func MemoryDetail() (arrays, pooled, goHeap int64) {
 	a, p, _ := arrayBytes()

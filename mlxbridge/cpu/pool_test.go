@@ -85,3 +85,32 @@ func TestSizeClass(t *testing.T) {
 		}
 	}
 }
+
+// TestResetPeakMemory checks that a reset peak is what the backend holds then (arrays
+// and free list), not the high-water mark before, and that it follows new arrays up.
+func TestResetPeakMemory(t *testing.T) {
+	be := New()
+	const n = 1 << 22 // 16 MiB, far over anything else the test holds
+	func() {
+		big := mx.FromData(be, mx.Float32, make([]float32, n), n)
+		mx.Eval(mx.AddScalar(big, 1))
+	}()
+	for i := 0; i < 3; i++ {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, _, before := arrayBytes()
+	if !mx.ResetPeakMemory(be) {
+		t.Fatal("the cpu backend cannot reset its peak")
+	}
+	arrays, pooled, after := arrayBytes()
+	if after != arrays+pooled || after > before {
+		t.Fatalf("peak %d before the reset, %d after, holding %d: want the held bytes", before, after, arrays+pooled)
+	}
+	m := n/4 + 12345 // a size class of its own
+	small := mx.FromData(be, mx.Float32, make([]float32, m), m)
+	if _, _, grown := arrayBytes(); grown < after+int64(m)*4 {
+		t.Fatalf("peak %d after a new %d-byte array, was %d", grown, m*4, after)
+	}
+	runtime.KeepAlive(small)
+}
