@@ -174,10 +174,10 @@ func noteAlloc(n int64) {
 	}()
 }
 
-// arrayBytes reports the C memory the backend holds: live arrays and the free list.
 // resetPeak sets the peak to the bytes held now.
 func resetPeak() { mem.peak.Store(mem.arrays.Load() + mem.pooled.Load()) }
 
+// arrayBytes reports the C memory the backend holds: live arrays and the free list.
 func arrayBytes() (arrays, pooled, peak int64) {
 	return mem.arrays.Load(), mem.pooled.Load(), mem.peak.Load()
 }
