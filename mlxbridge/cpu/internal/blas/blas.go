@@ -33,16 +33,6 @@ static void inloop_blas_threads(int n) { (void)n; }
 static void inloop_blas_threads(int n) { openblas_set_num_threads(n); }
 #endif
 
-static void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, int lda,
-                         const float *b, int ldb, float beta, float *c, int ldc) {
-	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-	            m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-}
-
-static void inloop_sgemv(int trans, int m, int n, const float *a, int lda, const float *x, float beta, float *y) {
-	cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, m, n, 1.0f, a, lda, x, 1, beta, y, 1);
-}
-
 #include "pool.h"
 */
 import "C"
@@ -52,10 +42,13 @@ import "runtime"
 // split reports whether calls are cut over the cores here (BLAS itself single-threaded).
 var split = runtime.GOOS != "darwin"
 
+// cores is how many parts a call is cut into at most: the caller and the pool's threads.
+var cores = runtime.GOMAXPROCS(0)
+
 func init() {
 	C.inloop_blas_threads(1)
 	if split {
-		C.inloop_pool_start(C.int(runtime.GOMAXPROCS(0) - 1))
+		C.inloop_pool_start(C.int(cores - 1))
 	}
 }
 
@@ -153,5 +146,5 @@ func ways(work, grain int) int {
 	if !split {
 		return 1
 	}
-	return max(1, min(runtime.GOMAXPROCS(0), work/grain))
+	return max(1, min(cores, work/grain))
 }

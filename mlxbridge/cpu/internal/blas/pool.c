@@ -28,13 +28,21 @@ typedef struct {
 	float *c;
 } call;
 
+void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc) {
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+	            m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+void inloop_sgemv(int trans, int m, int n, const float *a, int lda, const float *x, float beta, float *y) {
+	cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, m, n, 1.0f, a, lda, x, 1, beta, y, 1);
+}
+
 static void run_call(const call *p) {
 	if (p->gemv)
-		cblas_sgemv(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans, p->m, p->n, 1.0f, p->a, p->lda,
-		            p->b, 1, p->beta, p->c, 1);
+		inloop_sgemv(p->ta, p->m, p->n, p->a, p->lda, p->b, p->beta, p->c);
 	else
-		cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans,
-		            p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, p->beta, p->c, p->ldc);
+		inloop_sgemm(p->ta, p->tb, p->m, p->n, p->k, p->a, p->lda, p->b, p->ldb, p->beta, p->c, p->ldc);
 }
 
 enum { IDLE, RESERVED, ASSIGNED };

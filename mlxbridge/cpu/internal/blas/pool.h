@@ -6,6 +6,11 @@
 #ifndef INLOOP_BLAS_POOL_H
 #define INLOOP_BLAS_POOL_H
 
+// One single-threaded call on the calling thread: C = op(A)·op(B) + beta·C, y = op(A)·x + beta·y.
+void inloop_sgemm(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc);
+void inloop_sgemv(int trans, int m, int n, const float *a, int lda, const float *x, float beta, float *y);
+
 // Starts the pool with this many threads (once; later calls do nothing).
 void inloop_pool_start(int threads);
 
