@@ -153,18 +153,24 @@ func Run(parts int, f func(i int)) {
 	<-g.done
 }
 
-// Ranges calls f(lo, hi) over parts contiguous ranges cutting [0, n), each but the last
-// a multiple of align long, through Run.
+// Ranges calls f(lo, hi) over parts contiguous ranges cutting [0, n) (see Bounds),
+// through Run.
 func Ranges(n, align, parts int, f func(lo, hi int)) {
 	parts = max(1, min(parts, (n+align-1)/align))
 	Run(parts, func(i int) {
-		lo := min(n, (n*i/parts+align-1)/align*align)
-		hi := n
-		if i < parts-1 {
-			hi = min(n, (n*(i+1)/parts+align-1)/align*align)
-		}
-		if hi > lo {
+		if lo, hi := Bounds(n, align, parts, i); hi > lo {
 			f(lo, hi)
 		}
 	})
+}
+
+// Bounds is range i of parts contiguous ranges cutting [0, n), each but the last a
+// multiple of align long; a range may be empty when n is small.
+func Bounds(n, align, parts, i int) (lo, hi int) {
+	lo = min(n, (n*i/parts+align-1)/align*align)
+	hi = n
+	if i < parts-1 {
+		hi = min(n, (n*(i+1)/parts+align-1)/align*align)
+	}
+	return lo, hi
 }

@@ -273,16 +273,10 @@ func split(n, align, costPerItem int) [][2]int {
 	const minWork = 1 << 16
 	workers := min(runtime.GOMAXPROCS(0), (n+align-1)/align, max(1, n*costPerItem/minWork))
 	ranges := make([][2]int, 0, workers)
-	lo := 0
 	for i := range workers {
-		hi := n
-		if i < workers-1 {
-			hi = min(n, (n*(i+1)/workers+align-1)/align*align)
-		}
-		if hi > lo {
+		if lo, hi := par.Bounds(n, align, workers, i); hi > lo {
 			ranges = append(ranges, [2]int{lo, hi})
 		}
-		lo = hi
 	}
 	return ranges
 }
