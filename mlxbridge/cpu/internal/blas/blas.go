@@ -43,7 +43,8 @@ import "runtime"
 var split = runtime.GOOS != "darwin"
 
 // cores is how many parts a call is cut into at most: the caller and the pool's threads.
-var cores = runtime.GOMAXPROCS(0)
+// A GOMAXPROCS above the machine's cores (set by hand) would only add spinning threads.
+var cores = min(runtime.GOMAXPROCS(0), runtime.NumCPU())
 
 func init() {
 	C.inloop_blas_threads(1)

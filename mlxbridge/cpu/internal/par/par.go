@@ -53,7 +53,9 @@ const (
 )
 
 var pool = sync.OnceValue(func() []*worker {
-	ws := make([]*worker, max(0, runtime.GOMAXPROCS(0)-1))
+	// One per extra core: a GOMAXPROCS above the machine's cores (set by hand) would
+	// only add spinning workers.
+	ws := make([]*worker, max(0, min(runtime.GOMAXPROCS(0), runtime.NumCPU())-1))
 	for i := range ws {
 		w := &worker{wake: make(chan struct{}, 1)}
 		ws[i] = w
