@@ -3,6 +3,7 @@ package mlxbridge
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // node records how an array was made, for the reverse pass. Only arrays that depend
@@ -13,6 +14,15 @@ type node struct {
 	// input gets no gradient). It is written with this package's ops.
 	vjp  func(g *Array) []*Array
 	leaf int // index into params for a leaf, else -1
+	// seq numbers nodes in the order they were made, so a checkpoint tells
+	// the nodes its function made from those it was given.
+	seq uint64
+}
+
+var nodeSeq atomic.Uint64
+
+func newNode(inputs []*Array, vjp func(g *Array) []*Array, leaf int) *node {
+	return &node{inputs: inputs, vjp: vjp, leaf: leaf, seq: nodeSeq.Add(1)}
 }
 
 // traced reports whether any input is part of a graph being differentiated.
@@ -28,7 +38,7 @@ func traced(xs ...*Array) bool {
 // record attaches a vjp to out when any input is traced.
 func record(out *Array, vjp func(g *Array) []*Array, inputs ...*Array) *Array {
 	if out.err == nil && traced(inputs...) {
-		out.node = &node{inputs: inputs, vjp: vjp, leaf: -1}
+		out.node = newNode(inputs, vjp, -1)
 	}
 	return out
 }
@@ -70,7 +80,7 @@ func ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grad
 	}
 	leaves := make([]*Array, len(params))
 	for i, p := range params {
-		leaves[i] = &Array{b: p.b, h: p.h, shape: p.shape, dtype: p.dtype, node: &node{leaf: i}}
+		leaves[i] = &Array{b: p.b, h: p.h, shape: p.shape, dtype: p.dtype, node: newNode(nil, nil, i)}
 	}
 	outs = safeCall(f, leaves)
 	if len(outs) == 0 {
@@ -107,58 +117,10 @@ func safeCall(f func([]*Array) []*Array, xs []*Array) (outs []*Array) {
 func backward(loss *Array, params []*Array) ([]*Array, error) {
 	grads := make([]*Array, len(params))
 	if loss.node != nil {
-		// Topological order by depth-first search over traced inputs.
-		var order []*node
-		seen := map[*node]bool{}
-		type frame struct {
-			n *node
-			i int
-		}
-		stack := []frame{{loss.node, 0}}
-		seen[loss.node] = true
-		for len(stack) > 0 {
-			top := &stack[len(stack)-1]
-			if top.i < len(top.n.inputs) {
-				in := top.n.inputs[top.i]
-				top.i++
-				if in != nil && in.node != nil && !seen[in.node] {
-					seen[in.node] = true
-					stack = append(stack, frame{in.node, 0})
-				}
-				continue
-			}
-			order = append(order, top.n)
-			stack = stack[:len(stack)-1]
-		}
-		cot := map[*node]*Array{loss.node: Full(loss.b, loss.shape, 1, loss.dtype)}
-		for i := len(order) - 1; i >= 0; i-- {
-			n := order[i]
-			g := cot[n]
-			delete(cot, n) // free as we go
-			if g == nil {
-				continue
-			}
+		cots := propagate(loss.node, Full(loss.b, loss.shape, 1, loss.dtype), func(n *node) bool { return n.leaf < 0 })
+		for n, g := range cots {
 			if n.leaf >= 0 {
-				if grads[n.leaf] == nil {
-					grads[n.leaf] = g
-				} else {
-					grads[n.leaf] = Add(grads[n.leaf], g)
-				}
-				continue
-			}
-			gs := n.vjp(g)
-			for j, in := range n.inputs {
-				if in == nil || in.node == nil || j >= len(gs) || gs[j] == nil {
-					continue
-				}
-				gj := gs[j]
-				if !sameShape(gj.shape, in.shape) && gj.err == nil {
-					gj = Errorf("value and grad: internal: cotangent %s for input %s", fmtShape(gj.shape), fmtShape(in.shape))
-				}
-				if prev := cot[in.node]; prev != nil {
-					gj = Add(prev, gj)
-				}
-				cot[in.node] = gj
+				grads[n.leaf] = g
 			}
 		}
 	}
@@ -177,6 +139,65 @@ func backward(loss *Array, params []*Array) ([]*Array, error) {
 		}
 	}
 	return grads, nil
+}
+
+// propagate runs the reverse pass from root, whose cotangent is g, through
+// every node reachable from it for which inside is true, in reverse
+// topological order, and returns the summed cotangents that reached the
+// nodes where it stopped (those inside reports false for: the leaves of a
+// whole pass, the nodes made before a checkpoint's function ran).
+func propagate(root *node, g *Array, inside func(*node) bool) map[*node]*Array {
+	if !inside(root) {
+		return map[*node]*Array{root: g}
+	}
+	// Topological order by depth-first search over traced inputs.
+	var order []*node
+	seen := map[*node]bool{root: true}
+	type frame struct {
+		n *node
+		i int
+	}
+	stack := []frame{{root, 0}}
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		if top.i < len(top.n.inputs) {
+			in := top.n.inputs[top.i]
+			top.i++
+			if in != nil && in.node != nil && !seen[in.node] {
+				seen[in.node] = true
+				if inside(in.node) {
+					stack = append(stack, frame{in.node, 0})
+				}
+			}
+			continue
+		}
+		order = append(order, top.n)
+		stack = stack[:len(stack)-1]
+	}
+	cot := map[*node]*Array{root: g}
+	for i := len(order) - 1; i >= 0; i-- {
+		n := order[i]
+		g := cot[n]
+		delete(cot, n) // free as we go
+		if g == nil {
+			continue
+		}
+		gs := n.vjp(g)
+		for j, in := range n.inputs {
+			if in == nil || in.node == nil || j >= len(gs) || gs[j] == nil {
+				continue
+			}
+			gj := gs[j]
+			if !sameShape(gj.shape, in.shape) && gj.err == nil {
+				gj = Errorf("value and grad: internal: cotangent %s for input %s", fmtShape(gj.shape), fmtShape(in.shape))
+			}
+			if prev := cot[in.node]; prev != nil {
+				gj = Add(prev, gj)
+			}
+			cot[in.node] = gj
+		}
+	}
+	return cot
 }
 
 // unbroadcast sums g down to shape, undoing NumPy broadcasting.
