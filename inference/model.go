@@ -301,6 +301,12 @@ func (m *Model) Tokens(ids ...[]int) (*mx.Array, error) {
 // Hidden runs the layers on tokens (B, L) and returns the final hidden states
 // (B, L, hidden) before the final norm, appending to cache when it is not nil.
 func (m *Model) hidden(tokens *mx.Array, cache *Cache) *mx.Array {
+	return m.hiddenWith(tokens, cache, false)
+}
+
+// hiddenWith is hidden, with each block under mx.Checkpoint when checkpoint
+// is set and there is no cache (a training step).
+func (m *Model) hiddenWith(tokens *mx.Array, cache *Cache, checkpoint bool) *mx.Array {
 	if err := tokens.Err(); err != nil {
 		return tokens
 	}
@@ -318,6 +324,10 @@ func (m *Model) hidden(tokens *mx.Array, cache *Cache) *mx.Array {
 	for i, blk := range m.layers {
 		if h.Err() != nil {
 			break
+		}
+		if checkpoint && cache == nil {
+			h = mx.Checkpoint(func(x *mx.Array) *mx.Array { return blk.Forward(x, nil) }, h)
+			continue
 		}
 		h = blk.Forward(h, cache.layer(i))
 	}
