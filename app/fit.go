@@ -68,7 +68,14 @@ func EstimateTrain(cfg inference.Config, weightBytes int64, batch, seq, rank, la
 	// Seven linears a block, each with rank·(in+out) adapter weights.
 	h, inter := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
 	adapter := int64(layers) * int64(rank) * (4*2*h + 3*(h+inter))
-	return trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter)
+	e := trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter, false)
+	if !e.Fits() {
+		// What the trainer does when memory is short.
+		if ck := trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter, true); ck.Fits() {
+			return ck
+		}
+	}
+	return e
 }
 
 // FormatBytes writes a size for a person: 1.23 GiB, 4.5 MiB, 300 KiB, 12 B.

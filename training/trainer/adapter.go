@@ -50,6 +50,9 @@ type adapterRun struct {
 	// afterStep, when set, runs after every update; Run saves checkpoints there.
 	afterStep func(step int) error
 	memory    *MemoryError // the estimate the run was admitted on
+	// checkpoint recomputes every block in the backward pass: asked for
+	// (Options.GradCheckpoint) or turned on by checkMemory when memory is short.
+	checkpoint bool
 }
 
 func newAdapterRun(m *inference.Model, examples []data.Example, opts Options, onEvent func(Event)) (*adapterRun, error) {
@@ -179,7 +182,7 @@ func (a *adapterRun) loop(ctx context.Context) error {
 		}
 		batches := make([]Batch, o.GradAccumulation)
 		for k := range batches {
-			batches[k] = withDropout(NextToken(a.batcher.Next()), o.LoRA.Dropout, dropoutSeed(o.Seed, step, k))
+			batches[k] = withDropout(NextTokenWith(a.batcher.Next(), inference.LossOptions{CheckpointBlocks: a.checkpoint}), o.LoRA.Dropout, dropoutSeed(o.Seed, step, k))
 		}
 		sr, err := a.stepper.Step(ctx, a.params, batches)
 		if err != nil {

@@ -64,6 +64,12 @@ type Options struct {
 	StepsPerEval int
 	ValBatches   int
 
+	// GradCheckpoint recomputes every block in the backward pass instead of
+	// keeping its intermediates: the activations of one block are held
+	// instead of all of them, for about a third more time per step. It is
+	// turned on by itself when the memory estimate without it is more than
+	// the system has available and the one with it is not.
+	GradCheckpoint bool
 	// Force runs even when the memory estimate is more than the system has
 	// available (the run is refused with a MemoryError otherwise).
 	Force bool
@@ -205,6 +211,7 @@ type Config struct {
 	ChunkSize       int // tokens per chunk of a documents folder; 0 is 512
 	Seed            uint64
 	Resume          bool // continue from the newest good checkpoint in AdapterPath
+	GradCheckpoint  bool // see Options.GradCheckpoint
 	// Force runs even when the memory estimate is more than the system has
 	// available (the run is refused with a MemoryError otherwise).
 	Force bool
@@ -256,7 +263,7 @@ func (c Config) options() Options {
 		LearningRate: c.LearningRate, Optimizer: c.Optimizer, WeightDecay: c.WeightDecay, Warmup: c.Warmup, Cosine: c.Cosine,
 		MinLearningRate: c.MinLearningRate, Schedule: c.Schedule, ClipGradNorm: c.ClipGradNorm,
 		MaxSeqLength: c.MaxSeqLength, Seed: c.Seed, StepsPerReport: c.StepsPerReport,
-		StepsPerEval: c.StepsPerEval, ValBatches: c.ValBatches, Force: c.Force,
+		StepsPerEval: c.StepsPerEval, ValBatches: c.ValBatches, Force: c.Force, GradCheckpoint: c.GradCheckpoint,
 	}
 }
 

@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"fmt"
+
+	"github.com/inloop/inloop/inference"
 	"math"
 	"os"
 	"strconv"
@@ -14,33 +16,53 @@ type Estimate struct {
 	Activations int64 // kept for the backward pass of one micro-batch
 	Optimizer   int64 // adapters, their gradients and two moments
 	// Headroom is memory of arrays already dead but not yet reclaimed: the backend
-	// collects once new allocations pass half of what is live.
+	// collects once new allocations pass half of what is live, and 64 MiB.
 	Headroom  int64
 	Available int64 // memory the system reports available; 0 when unknown
+	// Checkpointed is an estimate with every block checkpointed
+	// (inference.LossOptions.CheckpointBlocks).
+	Checkpointed bool
 }
 
 // Total is the sum of the parts.
 func (e Estimate) Total() int64 { return e.Weights + e.Activations + e.Optimizer + e.Headroom }
 
+// Fits reports whether the estimate is within what the system has available
+// (when that is unknown, it fits).
+func (e Estimate) Fits() bool { return e.Available <= 0 || e.Total() <= e.Available }
+
 // EstimateMemory sizes a run of batch rows of seq tokens: per layer and token
 // the float32 intermediates of a transformer block (≈ 8·hidden + 4·intermediate
 // values, attention scores of heads·seq, twice for the backward pass), the
-// logits three times (logits, log-softmax, their gradient), and four copies of
-// the adapter parameters.
+// logits of one chunk of the loss three times (logits, log-softmax, their
+// gradient; inference.Loss takes LossChunkBytes of logits at a time), and four
+// copies of the adapter parameters. With checkpoint, the blocks keep only
+// their inputs, and one block's intermediates exist at a time.
 // The arithmetic saturates: sizes from flags (a batch of 10¹⁸) must give a
 // huge estimate, not an overflowed small one.
-func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, batch, seq int, adapterParams int64) Estimate {
+func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, batch, seq int, adapterParams int64, checkpoint bool) Estimate {
 	perLayer := satAdd(satAdd(satMul(8, int64(hidden)), satMul(4, int64(intermediate))), satMul(2, satMul(int64(heads), int64(seq))))
-	perToken := satAdd(satMul(satMul(int64(layers), perLayer), 8), satMul(int64(vocab), 12))
-	act := satMul(satMul(int64(batch), int64(seq)), perToken)
+	tokens := satMul(int64(batch), int64(seq))
+	var act int64
+	if checkpoint {
+		act = satMul(tokens, satAdd(satMul(int64(layers), satMul(4, int64(hidden))), satMul(perLayer, 8)))
+	} else {
+		act = satMul(tokens, satMul(satMul(int64(layers), perLayer), 8))
+	}
+	chunkRows := max(32, int64(inference.LossChunkBytes)/max(1, 4*int64(vocab)))
+	act = satAdd(act, satMul(min(tokens, chunkRows), satMul(int64(vocab), 12)))
 	return Estimate{
-		Weights:     weights,
-		Activations: act,
-		Optimizer:   satMul(16, adapterParams),
-		Headroom:    act / 2,
-		Available:   systemAvailable(),
+		Weights:      weights,
+		Activations:  act,
+		Optimizer:    satMul(16, adapterParams),
+		Headroom:     max(act/2, gcFloor),
+		Available:    systemAvailable(),
+		Checkpointed: checkpoint,
 	}
 }
+
+// gcFloor is the cpu backend's least allocation between two collections.
+const gcFloor = 64 << 20
 
 // systemAvailable is availableMemory, replaced in tests.
 var systemAvailable = availableMemory
@@ -77,6 +99,12 @@ func (r *run) memoryCheck(int64) {
 		fmtBytes(e.Total()), fmtBytes(e.Weights), fmtBytes(e.Activations), me.Batch, me.Seq, fmtBytes(e.Optimizer), fmtBytes(e.Headroom))
 	if e.Available > 0 {
 		msg += fmt.Sprintf("; %s available", fmtBytes(e.Available))
+	}
+	switch {
+	case e.Checkpointed && r.ar.opts.GradCheckpoint:
+		msg += "; blocks recomputed in the backward pass (grad checkpoint)"
+	case e.Checkpointed:
+		msg += "; memory is short, so blocks are recomputed in the backward pass (grad checkpoint: about a third more time per step)"
 	}
 	r.emit(Event{Kind: EventInfo, Message: msg, Memory: &e})
 	if e.Available > 0 && e.Total() > e.Available {

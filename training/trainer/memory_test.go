@@ -91,9 +91,11 @@ func TestMemoryEstimateMatchesARun(t *testing.T) {
 		name                  string
 		hidden, inter, vocab  int
 		batch, seq, rank, lay int
+		checkpoint            bool
 	}{
-		{"logits", 32, 64, 24576, 2, 256, 4, 2},
-		{"mlp", 32, 4096, 256, 2, 256, 4, 2},
+		{"logits", 32, 64, 24576, 2, 256, 4, 2, false},
+		{"mlp", 32, 4096, 256, 2, 256, 4, 2, false},
+		{"deep checkpointed", 64, 1024, 256, 2, 256, 4, 8, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runtime.GC()
@@ -116,7 +118,7 @@ func TestMemoryEstimateMatchesARun(t *testing.T) {
 			}
 			a, err := newAdapterRun(m, ex, Options{
 				LoRA: lora.Config{NumLayers: -1, Rank: tc.rank}, Iters: 1, BatchSize: tc.batch,
-				MaxSeqLength: tc.seq, LearningRate: 1e-3, StepsPerReport: 1,
+				MaxSeqLength: tc.seq, LearningRate: 1e-3, StepsPerReport: 1, GradCheckpoint: tc.checkpoint,
 			}, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -110,9 +110,20 @@ func (a *adapterRun) checkMemory(m *inference.Model, examples int) error {
 		seq = tr.Longest - 1
 	}
 	mc := m.Config()
-	e := EstimateMemory(m.WeightBytes(), mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, batch, seq, params)
+	estimate := func(checkpoint bool) Estimate {
+		return EstimateMemory(m.WeightBytes(), mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, batch, seq, params, checkpoint)
+	}
+	e := estimate(o.GradCheckpoint)
+	if !e.Fits() && !o.GradCheckpoint {
+		// Short of memory: recomputing the blocks in the backward pass costs
+		// time, not results.
+		if ck := estimate(true); ck.Fits() {
+			e, a.checkpoint = ck, true
+		}
+	}
+	a.checkpoint = a.checkpoint || o.GradCheckpoint
 	a.memory = &MemoryError{Estimate: e, Batch: batch, Seq: seq, Rank: o.LoRA.Rank, Adapters: params}
-	if e.Available > 0 && e.Total() > e.Available && !o.Force {
+	if !e.Fits() && !o.Force {
 		return a.memory
 	}
 	return nil

@@ -154,7 +154,7 @@ func TestHugeSizesRefused(t *testing.T) {
 		})
 	}
 	// The estimate itself saturates instead of wrapping around.
-	e := EstimateMemory(1<<30, 4096, 11008, 32, 32, 32000, math.MaxInt, math.MaxInt, math.MaxInt64)
+	e := EstimateMemory(1<<30, 4096, 11008, 32, 32, 32000, math.MaxInt, math.MaxInt, math.MaxInt64, false)
 	if e.Activations != math.MaxInt64 || e.Optimizer != math.MaxInt64 || e.Total() < 0 {
 		t.Errorf("estimate %+v, want saturated parts", e)
 	}
@@ -185,5 +185,61 @@ func TestMaxSeqLengthClampedToModel(t *testing.T) {
 	}
 	if said != 1 {
 		t.Errorf("the clamp was reported %d times, want once", said)
+	}
+}
+
+// A run that the estimate says will not fit plainly, but fits with every block
+// checkpointed, runs checkpointed and learns exactly what the plain run learns
+// (up to float32 rounding); asked for, checkpointing is on whatever the memory.
+func TestCheckpointWhenMemoryShort(t *testing.T) {
+	opts := Options{LoRA: lora.Config{NumLayers: -1, Rank: 4}, Iters: 3, BatchSize: 2, StepsPerReport: 1, LearningRate: 1e-2}
+	train := func(opts Options) (*adapterRun, map[string]*mx.Array) {
+		a, err := newAdapterRun(bareModel(t), examplesOf(4, 40), opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.loop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return a, a.params
+	}
+	withAvailable(t, 64<<30)
+	plainRun, plain := train(opts)
+	if plainRun.checkpoint || plainRun.memory.Checkpointed {
+		t.Fatalf("checkpointed with memory to spare")
+	}
+	me, mc := plainRun.memory, plainRun.m.Config()
+	ck := EstimateMemory(me.Weights, mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, me.Batch, me.Seq, me.Adapters, true)
+	if ck.Total() >= me.Total() {
+		t.Fatalf("checkpointed estimate %d bytes, plain %d: no saving", ck.Total(), me.Total())
+	}
+	for _, tt := range []struct {
+		name      string
+		available int64
+		ask       bool
+	}{{"memory short", (ck.Total() + me.Total()) / 2, false}, {"asked", 64 << 30, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			withAvailable(t, tt.available)
+			o := opts
+			o.GradCheckpoint = tt.ask
+			a, got := train(o)
+			if !a.checkpoint || !a.memory.Checkpointed || !a.memory.Fits() {
+				t.Fatalf("checkpoint %v, estimate %+v: want a checkpointed run that fits", a.checkpoint, a.memory.Estimate)
+			}
+			for n, p := range plain {
+				want, _ := p.Float32s()
+				have, _ := got[n].Float32s()
+				for i := range want {
+					if d := math.Abs(float64(want[i] - have[i])); d > 1e-5 {
+						t.Fatalf("%s[%d]: %g checkpointed, %g plainly", n, i, have[i], want[i])
+					}
+				}
+			}
+		})
+	}
+	// Short even checkpointed: refused.
+	withAvailable(t, ck.Total()-1)
+	if _, err := newAdapterRun(bareModel(t), examplesOf(4, 40), opts, nil); !errors.Is(err, ErrWontFit) {
+		t.Errorf("a run that does not fit checkpointed either: %v", err)
 	}
 }

@@ -36,9 +36,13 @@ type Batch struct {
 }
 
 // NextToken is the masked next-token cross-entropy of bt: the mean over its
-// learned positions. Its arrays are made on the model's backend when the loss
-// runs, so a Batch holds no backend memory until then.
-func NextToken(bt data.Batch) Batch {
+// learned positions (inference.Model.Loss, in chunks of positions). Its arrays
+// are made on the model's backend when the loss runs, so a Batch holds no
+// backend memory until then.
+func NextToken(bt data.Batch) Batch { return NextTokenWith(bt, inference.LossOptions{}) }
+
+// NextTokenWith is NextToken computed as o says (checkpointed blocks, say).
+func NextTokenWith(bt data.Batch, o inference.LossOptions) Batch {
 	var learned float32
 	var tokens int64
 	for _, v := range bt.Mask {
@@ -55,7 +59,7 @@ func NextToken(bt data.Batch) Batch {
 			ids := mx.FromData(b, mx.Int32, bt.IDs, bt.B, bt.L)         // (B, L)
 			targets := mx.FromData(b, mx.Int32, bt.Targets, bt.B, bt.L) // (B, L)
 			mask := mx.FromData(b, mx.Float32, bt.Mask, bt.B, bt.L)     // (B, L)
-			return mx.CrossEntropyMasked(m.Forward(ids, nil), targets, mask)
+			return m.Loss(ids, targets, mask, o)
 		},
 	}
 }
