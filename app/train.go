@@ -89,6 +89,7 @@ func trainCmd(e *env, args []string) error {
 	fs.IntVar(&c.ChunkSize, "chunk-size", 0, "tokens per chunk of a documents folder (default 512)")
 	fs.Int64Var(&seed, "seed", 0, "random seed")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest good checkpoint in --adapter-path")
+	fs.BoolVar(&c.GradCheckpoint, "grad-checkpoint", false, "recompute each block in the backward pass: far less memory, about a third more time (on by itself when memory is short)")
 	fs.BoolVar(&c.Force, "force", false, "train even when the memory estimate is more than this machine has available")
 	if err := fs.Parse(args); err != nil {
 		return err
