@@ -102,18 +102,26 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 
 // QuantizedMatmul computes x @ dequant(w)ᵀ (transpose, the Linear layer: x (..., K),
 // w (N, K) packed, out (..., N)) or x @ dequant(w) (x (..., N), out (..., K)) without
-// building the dequantized matrix where the backend has a fused kernel. The gradient
-// flows to x only: quantized weights are frozen (QLoRA trains an adapter beside them).
+// building the dequantized matrix where the backend has a fused kernel. w may also
+// carry batch axes, w (..., N, K): then x is (..., M, K) with the same batch axes
+// and each batch multiplies its own matrix (a quantized KV cache, one per head), as
+// MLX's quantized_matmul does. The gradient flows to x only: quantized weights are
+// frozen (QLoRA trains an adapter beside them).
 func QuantizedMatmul(x, w, scales, biases *Array, transpose bool, groupSize, bits int) *Array {
 	if e := checkFloat("quantized_matmul", x); e != nil {
 		return e
 	}
-	n, k, e := quantShape("quantized_matmul", w, scales, biases, groupSize, bits)
+	_, k, e := quantShape("quantized_matmul", w, scales, biases, groupSize, bits)
 	if e != nil {
 		return e
 	}
-	if len(w.shape) != 2 {
-		return Errorf("quantized_matmul: weights must be 2-d, got %s", fmtShape(w.shape))
+	nd := len(w.shape)
+	if nd < 2 {
+		return Errorf("quantized_matmul: weights must be 2-d or batched, got %s", fmtShape(w.shape))
+	}
+	n := w.shape[nd-2]
+	if batch := w.shape[:nd-2]; len(batch) > 0 && (len(x.shape) != nd || !sameShape(x.shape[:nd-2], batch)) {
+		return Errorf("quantized_matmul: input %s for batched weights %s: the batch axes must match", fmtShape(x.shape), fmtShape(w.shape))
 	}
 	in, outDim := k, n
 	if !transpose {
@@ -134,7 +142,10 @@ func QuantizedMatmul(x, w, scales, biases *Array, transpose bool, groupSize, bit
 	} else {
 		// Dequantize in float32 whatever the scales' dtype, as MLX's kernels do.
 		deq := Dequantize(w, AsType(scales, Float32), AsType(biases, Float32), groupSize, bits)
-		x2 := Reshape(StopGradient(x), -1, in)
+		x2 := StopGradient(x)
+		if nd == 2 {
+			x2 = Reshape(x2, -1, in)
+		}
 		res = Reshape(MatmulT(x2, deq, false, transpose), out...)
 		if res.err == nil && res.dtype != x.dtype {
 			res = AsType(res, x.dtype)

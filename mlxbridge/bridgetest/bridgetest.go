@@ -25,6 +25,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("Errors", s.errors)
 	t.Run("DTypes", s.dtypes)
 	t.Run("Quantized", s.quantized)
+	t.Run("QuantizedBatched", s.quantizedBatched)
 	t.Run("XOR", s.xor)
 }
 

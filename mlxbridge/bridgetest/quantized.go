@@ -1,6 +1,7 @@
 package bridgetest
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -118,3 +119,24 @@ func (s *suite) quantized(t *testing.T) {
 }
 
 func firstErr(a, b, c *mx.Array) error { return a.Err() }
+
+// quantizedBatched: weights with batch axes multiply each batch of x by its own
+// matrix, both ways round, as the dequantized product does; batch axes that do
+// not match are an error.
+func (s *suite) quantizedBatched(t *testing.T) {
+	const b, h, n, k, m = 2, 3, 5, 64, 2
+	for _, bits := range []int{4, 8} {
+		w := s.randn(uint64(70+bits), b, h, n, k)
+		wq, sc, bi := mx.Quantize(w, 32, bits)
+		deq := mx.Dequantize(wq, sc, bi, 32, bits)
+		x := s.randn(3, b, h, m, k)
+		expect(t, fmt.Sprintf("batched %d-bit x·wᵀ", bits), mx.QuantizedMatmul(x, wq, sc, bi, true, 32, bits),
+			[]int{b, h, m, n}, get(t, mx.MatmulT(x, deq, false, true)), 1e-4, 1e-4)
+		y := s.randn(4, b, h, m, n)
+		expect(t, fmt.Sprintf("batched %d-bit y·w", bits), mx.QuantizedMatmul(y, wq, sc, bi, false, 32, bits),
+			[]int{b, h, m, k}, get(t, mx.Matmul(y, deq)), 1e-4, 1e-4)
+		if bad := mx.QuantizedMatmul(s.randn(5, h, b, m, k), wq, sc, bi, true, 32, bits); bad.Err() == nil {
+			t.Errorf("batch axes (%d, %d) against weights' (%d, %d) gave %s", h, b, b, h, bad)
+		}
+	}
+}

@@ -10,16 +10,22 @@ import (
 // dequantized matrix. Float16/BFloat16 scales are already float32 here.
 func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose bool, groupSize, bits int, out []int) (mx.Handle, error) {
 	ws := w.Shape()
-	n := ws[0]
-	k := ws[1] * 32 / bits
-	xf := h(x).f
+	nd := len(ws)
+	n := ws[nd-2]
+	k := ws[nd-1] * 32 / bits
+	batch := numel(ws[:nd-2]) // 1 for a plain matrix
+	xf, wu, sf, bf := h(x).f, h(w).u, h(scales).f, h(biases).f
 	res := newF(numel(out))
-	if transpose { // x (M, K) -> (M, N)
-		m := len(xf) / max(k, 1)
-		qmm.MatMulT(res, xf, m, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
-	} else { // x (M, N) -> (M, K)
-		m := len(xf) / max(n, 1)
-		qmm.MatMul(res, xf, m, n, h(w).u, h(scales).f, h(biases).f, k, groupSize, bits)
+	xn, rn := len(xf)/batch, len(res)/batch
+	wn, gn := n*ws[nd-1], n*(k/groupSize)
+	for i := range batch {
+		xb, rb := xf[i*xn:(i+1)*xn], res[i*rn:(i+1)*rn]
+		wb, sb, bb := wu[i*wn:(i+1)*wn], sf[i*gn:(i+1)*gn], bf[i*gn:(i+1)*gn]
+		if transpose { // x (M, K) -> (M, N)
+			qmm.MatMulT(rb, xb, len(xb)/max(k, 1), k, wb, sb, bb, n, groupSize, bits)
+		} else { // x (M, N) -> (M, K)
+			qmm.MatMul(rb, xb, len(xb)/max(n, 1), n, wb, sb, bb, k, groupSize, bits)
+		}
 	}
 	roundTo(x.DType(), res)
 	return fbuf(res), nil
