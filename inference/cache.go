@@ -1,9 +1,11 @@
 package inference
 
 import (
+	"fmt"
 	"math"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/quant"
 )
 
 // Cache holds the keys and values of every layer for the positions processed so far:
@@ -23,20 +25,88 @@ import (
 // transposed operand at these shapes (a few query rows against thousands of keys).
 // A multi-token prefill joins everything into the frozen part and runs the fused
 // causal attention kernel.
+//
+// With CacheOptions.Bits the frozen part is kept quantized instead, per position and
+// head (MLX's affine format along the head dimension, as mlx-lm's --kv-bits keeps
+// its cache), and a decode step multiplies the query straight into the packed keys
+// and values (mx.QuantizedMatmul with one matrix per head). The tail, the most recent
+// positions, stays exact until it joins.
 type Cache struct {
 	layers []LayerCache
+	opts   CacheOptions
+}
+
+// CacheOptions choose how a Cache stores keys and values.
+type CacheOptions struct {
+	// Bits quantizes the keys and values of every position but the most recent
+	// few (up to 256): 8 keeps a position in 28% of the memory float32 takes,
+	// 4 in 16%, at a cost in quality the README gives for the demo model. 0
+	// keeps them in the model's type.
+	Bits int
+	// GroupSize is how many values share a scale and a bias (0: 64, mlx-lm's
+	// kv_group_size). A head dimension that is not a multiple of it is padded
+	// with zeros to one.
+	GroupSize int
+}
+
+func (o CacheOptions) withDefaults() CacheOptions {
+	if o.Bits > 0 && o.GroupSize == 0 {
+		o.GroupSize = 64
+	}
+	return o
+}
+
+// Validate reports options a cache cannot take.
+func (o CacheOptions) Validate() error {
+	o = o.withDefaults()
+	if o.Bits == 0 {
+		return nil
+	}
+	if err := quant.Validate(o.Bits, o.GroupSize); err != nil {
+		return fmt.Errorf("inference: kv cache: %w", err)
+	}
+	return nil
 }
 
 // LayerCache is one layer's part of a Cache.
 type LayerCache struct {
 	kt, v  *mx.Array // frozen: keys (B, Hkv, D, S0) and values (B, Hkv, S0, D), nil when empty
 	tk, tv *mx.Array // tail: (B, Hkv, S1, D), nil when empty
+	// qk, qv replace kt and v in a quantized cache: keys and values (B, Hkv, S0, ·)
+	// packed, each head's positions one matrix.
+	qk, qv *packed
+	opts   CacheOptions
 
 	hook AttentionHook // takes part in this layer's attention (hook.go); kept by Trim and Reset
 }
 
+// packed is a quantized (B, Hkv, S, Dp) array: words, scales, biases. Dp is the head
+// dimension padded to a multiple of the group size.
+type packed struct{ w, s, b *mx.Array }
+
 // NewCache returns an empty cache for m.
 func NewCache(m *Model) *Cache { return &Cache{layers: make([]LayerCache, len(m.layers))} }
+
+// NewCacheWith returns an empty cache for m that stores keys and values as o says.
+func NewCacheWith(m *Model, o CacheOptions) (*Cache, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	c := NewCache(m)
+	c.opts = o.withDefaults()
+	for i := range c.layers {
+		c.layers[i].opts = c.opts
+	}
+	return c, nil
+}
+
+// Options are the options the cache was made with.
+func (c *Cache) Options() CacheOptions {
+	if c == nil {
+		return CacheOptions{}
+	}
+	return c.opts
+}
 
 // Len is the number of positions cached.
 func (c *Cache) Len() int {
@@ -54,7 +124,13 @@ func (c *Cache) Bytes() int64 {
 	var n int64
 	for i := range c.layers {
 		l := &c.layers[i]
-		for _, a := range []*mx.Array{l.kt, l.v, l.tk, l.tv} {
+		parts := []*mx.Array{l.kt, l.v, l.tk, l.tv}
+		for _, p := range []*packed{l.qk, l.qv} {
+			if p != nil {
+				parts = append(parts, p.w, p.s, p.b)
+			}
+		}
+		for _, a := range parts {
 			if a != nil {
 				n += a.Nbytes()
 			}
@@ -95,17 +171,29 @@ func (l *LayerCache) Len() int {
 	if l == nil {
 		return 0
 	}
-	return seqLen(l.v) + seqLen(l.tk)
+	return l.frozen() + seqLen(l.tk)
+}
+
+// frozen is the length of the frozen part.
+func (l *LayerCache) frozen() int {
+	if l.qv != nil {
+		return l.qv.w.Dim(2)
+	}
+	return seqLen(l.v)
 }
 
 func (l *LayerCache) trim(n int) {
-	s0, s1 := seqLen(l.v), seqLen(l.tk)
+	s0, s1 := l.frozen(), seqLen(l.tk)
 	switch {
 	case n >= s0+s1:
 	case n <= 0:
-		l.kt, l.v, l.tk, l.tv = nil, nil, nil, nil
+		l.kt, l.v, l.tk, l.tv, l.qk, l.qv = nil, nil, nil, nil, nil, nil
 	case n <= s0:
-		l.kt, l.v = mx.SliceAxis(l.kt, 3, 0, n), mx.SliceAxis(l.v, 2, 0, n)
+		if l.qv != nil {
+			l.qk, l.qv = l.qk.slice(n), l.qv.slice(n)
+		} else {
+			l.kt, l.v = mx.SliceAxis(l.kt, 3, 0, n), mx.SliceAxis(l.v, 2, 0, n)
+		}
 		l.tk, l.tv = nil, nil
 	default:
 		l.tk, l.tv = mx.SliceAxis(l.tk, 2, 0, n-s0), mx.SliceAxis(l.tv, 2, 0, n-s0)
@@ -170,12 +258,26 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	}
 	if q.Dim(2) > 1 || l.Len() == 0 {
 		// Prefill: one frozen part, the fused kernel.
-		keys, vals := cat(2, transposeKeys(l.kt), l.tk, k), cat(2, l.v, l.tv, v)
-		kt := transposeKeys(keys)
-		if e := firstErr(keys, vals, kt); e != nil {
+		old, oldV := transposeKeys(l.kt), l.v
+		if l.qk != nil {
+			d := k.Dim(3)
+			old, oldV = l.qk.dense(l.opts, d), l.qv.dense(l.opts, d)
+		}
+		keys, vals := cat(2, old, l.tk, k), cat(2, oldV, l.tv, v)
+		if e := firstErr(keys, vals); e != nil {
 			return e // the cache is left as it was
 		}
-		l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
+		if l.opts.Bits > 0 {
+			if err := l.freeze(cat(2, l.tk, k), cat(2, l.tv, v)); err != nil {
+				return mx.ErrorArray(err)
+			}
+		} else {
+			kt := transposeKeys(keys)
+			if e := firstErr(kt); e != nil {
+				return e
+			}
+			l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
+		}
 		return mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
 	}
 	tk, tv := cat(2, l.tk, k), cat(2, l.tv, v)
@@ -185,14 +287,94 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	l.tk, l.tv = tk, tv
 	// A tail always follows a frozen part: an empty cache takes the prefill path,
 	// and trim empties the tail whenever it cuts into the frozen part.
-	o := attendTwo(q, l.kt, l.v, l.tk, l.tv, scale)
+	var o *mx.Array
+	if l.qk != nil {
+		o = attendPacked(q, l.qk, l.qv, l.tk, l.tv, scale, l.opts)
+	} else {
+		o = attendTwo(q, l.kt, l.v, l.tk, l.tv, scale)
+	}
 	if seqLen(l.tk) >= tailLimit(l.Len()) {
-		kt, vals := cat(3, l.kt, transposeKeys(l.tk)), cat(2, l.v, l.tv)
-		if firstErr(kt, vals) == nil {
-			l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
+		if l.qk != nil {
+			l.freeze(l.tk, l.tv) // on failure the tail stays as it is
+		} else {
+			kt, vals := cat(3, l.kt, transposeKeys(l.tk)), cat(2, l.v, l.tv)
+			if firstErr(kt, vals) == nil {
+				l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
+			}
 		}
 	}
 	return o
+}
+
+// freeze quantizes keys and values (B, Hkv, L, D) onto the end of the frozen part
+// of a quantized cache and empties the tail; on an error nothing changes.
+func (l *LayerCache) freeze(k, v *mx.Array) error {
+	qk, qv := pack(k, l.opts), pack(v, l.opts)
+	if l.qk != nil {
+		qk, qv = l.qk.join(qk), l.qv.join(qv)
+	}
+	if e := firstErr(qk.w, qk.s, qk.b, qv.w, qv.s, qv.b); e != nil {
+		return e.Err()
+	}
+	l.qk, l.qv, l.tk, l.tv = qk, qv, nil, nil
+	return nil
+}
+
+// padTo is the head dimension d padded to a multiple of the group size.
+func padTo(d int, o CacheOptions) int { return (d + o.GroupSize - 1) / o.GroupSize * o.GroupSize }
+
+// padHead pads the last axis of x (..., d) with zeros to padTo(d).
+func padHead(x *mx.Array, o CacheOptions) *mx.Array {
+	d := x.Dim(-1)
+	p := padTo(d, o)
+	if p == d {
+		return x
+	}
+	sh := x.Shape()
+	sh[len(sh)-1] = p - d
+	return mx.Concatenate([]*mx.Array{x, mx.Full(x.Backend(), sh, 0, x.DType())}, -1)
+}
+
+// pack quantizes x (B, Hkv, L, D) along its head dimension.
+func pack(x *mx.Array, o CacheOptions) *packed {
+	w, s, b := mx.Quantize(padHead(x, o), o.GroupSize, o.Bits)
+	return &packed{w, s, b}
+}
+
+func (p *packed) join(q *packed) *packed {
+	return &packed{mx.Concatenate([]*mx.Array{p.w, q.w}, 2), mx.Concatenate([]*mx.Array{p.s, q.s}, 2), mx.Concatenate([]*mx.Array{p.b, q.b}, 2)}
+}
+
+func (p *packed) slice(n int) *packed {
+	return &packed{mx.SliceAxis(p.w, 2, 0, n), mx.SliceAxis(p.s, 2, 0, n), mx.SliceAxis(p.b, 2, 0, n)}
+}
+
+// dense is p dequantized, (B, Hkv, S, d).
+func (p *packed) dense(o CacheOptions, d int) *mx.Array {
+	x := mx.Dequantize(p.w, p.s, p.b, o.GroupSize, o.Bits)
+	if x.Err() == nil && x.Dim(-1) != d {
+		x = mx.SliceAxis(x, -1, 0, d)
+	}
+	return x
+}
+
+// attendPacked is attendTwo over a quantized frozen part: the scores of a head's
+// query rows against its packed keys, and its probabilities against its packed
+// values, are quantized products, one matrix per head.
+func attendPacked(q *mx.Array, k0, v0 *packed, k1, v1 *mx.Array, scale float32, o CacheOptions) *mx.Array {
+	b, hq, d := q.Dim(0), q.Dim(1), q.Dim(3)
+	hkv, s0, s1 := k0.w.Dim(1), k0.w.Dim(2), v1.Dim(2)
+	qg := mx.Reshape(mx.MulScalar(q, scale), b, hkv, hq/hkv, d)
+	scores := mx.Concatenate([]*mx.Array{
+		mx.QuantizedMatmul(padHead(qg, o), k0.w, k0.s, k0.b, true, o.GroupSize, o.Bits),
+		mx.MatmulT(qg, k1, false, true)}, -1)
+	p := mx.Softmax(scores, -1)
+	old := mx.QuantizedMatmul(mx.SliceAxis(p, -1, 0, s0), v0.w, v0.s, v0.b, false, o.GroupSize, o.Bits)
+	if old.Err() == nil && old.Dim(-1) != d {
+		old = mx.SliceAxis(old, -1, 0, d)
+	}
+	out := mx.Add(old, mx.Matmul(mx.SliceAxis(p, -1, s0, s0+s1), v1))
+	return mx.Reshape(out, b, hq, 1, d)
 }
 
 // attendTwo is attention of one query position over keys split in two parts, the

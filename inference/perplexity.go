@@ -51,3 +51,37 @@ func Perplexity(m *Model, ids []int, window int) (float64, error) {
 	}
 	return math.Exp(nll / float64(count)), nil
 }
+
+// DecodePerplexity is Perplexity as decoding computes it: the first token is
+// prefilled into s (which must be empty), then every later token appended one at
+// a time, so each prediction reads the keys and values of the positions before it
+// from s's cache as it stores them (a quantized KV cache's quality cost).
+func DecodePerplexity(s *Session, ids []int) (float64, error) {
+	if len(ids) < 2 {
+		return 0, errors.New("inference: perplexity needs at least two tokens")
+	}
+	if len(s.tokens) > 0 {
+		return 0, errors.New("inference: decode perplexity needs an empty session")
+	}
+	logits, _, err := s.Prefill(ids[:1])
+	var nll float64
+	for i := 1; ; i++ {
+		if err != nil {
+			return 0, err
+		}
+		lse, err := mx.LogSumExp(logits, nil, false).Item()
+		if err != nil {
+			return 0, fmt.Errorf("inference: perplexity: %w", err)
+		}
+		at, err := mx.SliceAxis(logits, 0, ids[i], ids[i]+1).Float32s()
+		if err != nil {
+			return 0, fmt.Errorf("inference: perplexity: %w", err)
+		}
+		nll += float64(lse) - float64(at[0])
+		if i == len(ids)-1 {
+			break
+		}
+		logits, err = s.Append(ids[i : i+1])
+	}
+	return math.Exp(nll / float64(len(ids)-1)), nil
+}

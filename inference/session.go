@@ -34,6 +34,16 @@ func NewSession(m *Model) *Session {
 	return &Session{m: m, cache: NewCache(m), version: m.AdapterVersion()}
 }
 
+// NewSessionWith starts an empty session with m whose cache stores keys and
+// values as o says (a quantized KV cache).
+func NewSessionWith(m *Model, o CacheOptions) (*Session, error) {
+	c, err := NewCacheWith(m, o)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, cache: c, version: m.AdapterVersion()}, nil
+}
+
 // Model returns the session's model.
 func (s *Session) Model() *Model { return s.m }
 
