@@ -31,6 +31,9 @@ type ChatSpec struct {
 	// Memory, when set, turns on δ-mem: an online memory that keeps what the
 	// context drops, stored with the chat (deltamem.go).
 	Memory *ChatMemory
+	// KV is how the conversation's keys and values are stored: KV.Bits 8 or 4
+	// quantizes them (mlx-lm's --kv-bits), for long chats on little memory.
+	KV inference.CacheOptions
 	// StopWhenFull makes a turn that no longer fits the model's context fail with
 	// ErrChatFull instead of dropping the oldest turns.
 	StopWhenFull bool
@@ -141,13 +144,17 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if err != nil {
 		return nil, err
 	}
+	sess, err := inference.NewSessionWith(m, spec.KV)
+	if err != nil {
+		return nil, err
+	}
 	id := spec.Resume
 	if id == 0 {
 		if id, err = w.Store.CreateChat(ctx, store.Chat{Title: title, Model: info.Name}); err != nil {
 			return nil, err
 		}
 	}
-	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: inference.NewSession(m), raw: spec.Raw, stop: spec.StopWhenFull, ttt: spec.TTT,
+	c := &ChatSession{ID: id, Info: info, w: w, model: m, rep: rep, sess: sess, raw: spec.Raw, stop: spec.StopWhenFull, ttt: spec.TTT,
 		opts:    inference.ReplyOptions{MaxTokens: spec.MaxTokens, Sampling: spec.Sampling, AddSpecialTokens: spec.Raw, LogProb: true},
 		memory:  mem,
 		replies: map[int64]chatReply{}}
@@ -254,7 +261,12 @@ func (c *ChatSession) testTimeTrain(ctx context.Context, text string) (*inferenc
 	if res.Skipped {
 		return c.sess, applied.Done, &res, nil
 	}
-	return inference.NewSession(applied.Model()), applied.Done, &res, nil
+	sess, err := inference.NewSessionWith(applied.Model(), c.sess.Cache().Options())
+	if err != nil {
+		applied.Done()
+		return nil, nil, nil, err
+	}
+	return sess, applied.Done, &res, nil
 }
 
 // recordTTT stores a test-time training step as an adaptation event.

@@ -27,6 +27,7 @@ type genFlags struct {
 	maxTokens, topK, seed, repWin int
 	temp, topP, minP, repPenalty  float64
 	raw, stats                    bool
+	kv                            inference.CacheOptions
 	ws                            wsFlags
 }
 
@@ -46,8 +47,18 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	fs.IntVar(&g.repWin, "repetition-context-size", 64, "how many recent tokens the penalty looks at")
 	fs.IntVar(&g.seed, "seed", 0, "random seed")
 	fs.BoolVar(&g.raw, "raw", false, "send the prompt as is, without the model's chat template")
+	fs.IntVar(&g.kv.Bits, "kv-bits", 0, "keep the KV cache quantized to 8 or 4 bits (past the most recent positions); 0 keeps it in the model's type")
+	fs.IntVar(&g.kv.GroupSize, "kv-group-size", 64, "values per scale and bias of a quantized KV cache")
 	fs.BoolVar(&g.stats, "stats", true, "print speed and memory after each reply (to stderr)")
 	return g
+}
+
+// checkKV refuses KV cache flags the cache cannot take, before a model loads.
+func (g *genFlags) checkKV() error {
+	if err := g.kv.Validate(); err != nil {
+		return fmt.Errorf("--kv-bits %d, --kv-group-size %d: %w", g.kv.Bits, g.kv.GroupSize, err)
+	}
+	return nil
 }
 
 // sampling is the flags' sampling settings.
@@ -122,6 +133,9 @@ func generate(e *env, args []string) error {
 	if *text == "" {
 		return errors.New("--prompt is required")
 	}
+	if err := g.checkKV(); err != nil {
+		return err
+	}
 	w, err := g.ws.open(e.ctx)
 	if err != nil {
 		return err
@@ -135,7 +149,11 @@ func generate(e *env, args []string) error {
 	if g.system != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: g.system})
 	}
-	_, st, err := r.reply(e.ctx, inference.NewSession(r.model), append(msgs, chat.Message{Role: "user", Content: *text}), stdout)
+	sess, err := inference.NewSessionWith(r.model, g.kv)
+	if err != nil {
+		return err
+	}
+	_, st, err := r.reply(e.ctx, sess, append(msgs, chat.Message{Role: "user", Content: *text}), stdout)
 	fmt.Fprintln(stdout)
 	if g.stats {
 		printStats(stderr, st)
@@ -157,12 +175,15 @@ func chatCmd(e *env, args []string) error {
 	if g.model == "" {
 		return errors.New("--model is required")
 	}
+	if err := g.checkKV(); err != nil {
+		return err
+	}
 	w, err := g.ws.open(e.ctx)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	c, err := w.StartChat(e.ctx, ChatSpec{Model: g.model, Adapter: g.adapter, System: g.system, MaxTokens: g.maxTokens, Raw: g.raw,
+	c, err := w.StartChat(e.ctx, ChatSpec{Model: g.model, Adapter: g.adapter, System: g.system, MaxTokens: g.maxTokens, Raw: g.raw, KV: g.kv,
 		Sampling: g.sampling(), Memory: mem.spec()})
 	if err != nil {
 		return err

@@ -236,34 +236,52 @@ func fillCache(m *Model, c *Cache, n int) {
 	for i := range c.layers {
 		k := mx.FromData(m.b, mx.Float32, uniform(uint64(2*i), numel(shape), 0, 1), shape...)
 		v := mx.FromData(m.b, mx.Float32, uniform(uint64(2*i+1), numel(shape), 0, 1), shape...)
+		if c.opts.Bits > 0 {
+			c.layers[i] = LayerCache{opts: c.opts}
+			if err := c.layers[i].freeze(k, v); err != nil {
+				panic(err)
+			}
+			continue
+		}
 		c.layers[i] = LayerCache{kt: transposeKeys(k), v: v}
 	}
 }
 
+// BenchmarkDecodeContext is decoding after ctx cached positions, with the KV cache
+// exact and quantized to 8 and 4 bits (kv8, kv4).
 func BenchmarkDecodeContext(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {
 			for _, ctx := range []int{128, 2048} {
-				b.Run(fmt.Sprintf("%s/%s/ctx%d", p.name, dt.name, ctx), func(b *testing.B) {
-					m := benchModel(b, p.name, p.cfg, dt.bits)
-					s := NewSession(m)
-					fillCache(m, s.cache, ctx)
-					s.tokens = tokenSeq(ctx, m.cfg.VocabSize, 3)
-					logits, err := s.Append([]int{1})
-					if err != nil {
-						b.Fatal(err)
+				for _, kv := range []int{0, 8, 4} {
+					name := fmt.Sprintf("%s/%s/ctx%d", p.name, dt.name, ctx)
+					if kv > 0 {
+						name += fmt.Sprintf("/kv%d", kv)
 					}
-					per := time.Duration(math.MaxInt64)
-					b.ResetTimer()
-					for range b.N {
-						per = min(per, decodeSteps(b, s, logits, 64))
-						s.cache.Trim(ctx + 1)
-						s.tokens = s.tokens[:ctx+1]
-					}
-					b.ReportMetric(float64(per.Microseconds())/1e3, "ms/tok")
-					b.ReportMetric(1/per.Seconds(), "tok/s")
-					b.ReportMetric(float64(s.cache.Bytes())/1e6, "kv-MB")
-				})
+					b.Run(name, func(b *testing.B) {
+						m := benchModel(b, p.name, p.cfg, dt.bits)
+						s, err := NewSessionWith(m, CacheOptions{Bits: kv})
+						if err != nil {
+							b.Fatal(err)
+						}
+						fillCache(m, s.cache, ctx)
+						s.tokens = tokenSeq(ctx, m.cfg.VocabSize, 3)
+						logits, err := s.Append([]int{1})
+						if err != nil {
+							b.Fatal(err)
+						}
+						per := time.Duration(math.MaxInt64)
+						b.ResetTimer()
+						for range b.N {
+							per = min(per, decodeSteps(b, s, logits, 64))
+							s.cache.Trim(ctx + 1)
+							s.tokens = s.tokens[:ctx+1]
+						}
+						b.ReportMetric(float64(per.Microseconds())/1e3, "ms/tok")
+						b.ReportMetric(1/per.Seconds(), "tok/s")
+						b.ReportMetric(float64(s.cache.Bytes())/1e6, "kv-MB")
+					})
+				}
 			}
 		}
 	}
