@@ -180,6 +180,9 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 // Model is the chat's own model: adaptation methods change its adapter stack.
 func (c *ChatSession) Model() *inference.Model { return c.model }
 
+// KV is how the chat stores its keys and values.
+func (c *ChatSession) KV() KVCache { return c.sess.Cache().Options() }
+
 // Messages returns the conversation so far.
 func (c *ChatSession) Messages() []chat.Message {
 	c.mu.Lock()

@@ -239,3 +239,40 @@ func TestChatRefusesNegativeMaxTokens(t *testing.T) {
 		t.Errorf("max tokens -5: %v", err)
 	}
 }
+
+// A chat with a quantized KV cache answers, keeps reusing its cache across
+// turns, and holds a fraction of the exact cache's bytes for the same
+// conversation (the demo's 48-wide heads padded to 64: 8 bits and a float32
+// scale and bias per 64 values is 37.5% of float32).
+func TestChatQuantizedKV(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	bytes := map[int]int64{}
+	for _, bits := range []int{0, 8} {
+		c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 12, KV: KVCache{Bits: bits}, Sampling: inference.SampleOptions{Temperature: 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.KV().Bits != bits {
+			t.Fatalf("asked for %d bits, the chat stores %+v", bits, c.KV())
+		}
+		if _, err := c.Send(ctx, "What is a hacker?", nil); err != nil {
+			t.Fatal(err)
+		}
+		turn, err := c.Send(ctx, "Tell me more about the jargon file.", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if turn.Text == "" || turn.Stats.ReusedTokens == 0 {
+			t.Fatalf("%d bits: second reply %q reused %d tokens", bits, turn.Text, turn.Stats.ReusedTokens)
+		}
+		bytes[bits] = turn.Stats.KVBytes
+	}
+	if r := float64(bytes[8]) / float64(bytes[0]); r > 0.5 {
+		t.Errorf("the 8-bit chat holds %d bytes of KV cache, the exact one %d (%.2f×)", bytes[8], bytes[0], r)
+	}
+	if _, err := w.StartChat(ctx, ChatSpec{Model: "demo", KV: KVCache{Bits: 7}}); err == nil {
+		t.Errorf("a 7-bit KV cache was accepted")
+	}
+}

@@ -34,6 +34,7 @@ type chatScreen struct {
 	system         *widget.Entry
 	ttt            *widget.Check
 	memory         *widget.Check // δ-mem
+	kvBits         *widget.RadioGroup
 
 	list   *fyne.Container // the messages
 	scroll *container.Scroll
@@ -94,6 +95,11 @@ func newChatScreen(u *UI) *chatScreen {
 		c.newChat()
 	})
 
+	c.kvBits = widget.NewRadioGroup(kvChoices, func(string) { c.newChat() })
+	c.kvBits.Horizontal = true
+	c.kvBits.Required = true
+	c.kvBits.Selected = kvChoices[0]
+
 	c.list = container.NewVBox()
 	c.scroll = container.NewVScroll(c.list)
 	c.input = newSubmitEntry(c.submit)
@@ -126,6 +132,7 @@ func newChatScreen(u *UI) *chatScreen {
 			widget.NewFormItem("System", c.system),
 			widget.NewFormItem("Adapt", c.ttt),
 			widget.NewFormItem("Memory", c.memory),
+			widget.NewFormItem("KV cache", c.kvBits),
 			widget.NewFormItem("", widget.NewButton("Measure the KV-cache tax of this model…", func() {
 				if c.model.Selected != "" {
 					c.showTax(c.model.Selected)
@@ -196,8 +203,15 @@ func (c *chatScreen) spec() app.ChatSpec {
 	if c.memory.Checked {
 		spec.Memory = &app.ChatMemory{}
 	}
+	spec.KV = app.KVCache{Bits: kvBitsOf[c.kvBits.Selected]}
 	return spec
 }
+
+// kvChoices are the KV cache's storage a chat can take: long chats on little
+// memory keep it quantized (mlx-lm's --kv-bits).
+var kvChoices = []string{"Exact", "8-bit (about ¼ of the memory)", "4-bit (about ⅙, a little less exact)"}
+
+var kvBitsOf = map[string]int{kvChoices[1]: 8, kvChoices[2]: 4}
 
 func (c *chatScreen) newChat() {
 	if c.model.Selected == "" || c.busy {
@@ -330,11 +344,15 @@ func (c *chatScreen) showKV(st app.ReplyStats) {
 		c.kv.Max = float64(max(tokens, 1))
 	}
 	c.kv.SetValue(float64(tokens))
+	size := bytesText(st.KVBytes)
+	if b := c.session.KV().Bits; b > 0 {
+		size += fmt.Sprintf(" (%d-bit)", b)
+	}
 	c.kv.TextFormatter = func() string {
 		if limit > 0 {
-			return fmt.Sprintf("KV cache %s · %d of %d tokens", bytesText(st.KVBytes), tokens, limit)
+			return fmt.Sprintf("KV cache %s · %d of %d tokens", size, tokens, limit)
 		}
-		return fmt.Sprintf("KV cache %s · %d tokens", bytesText(st.KVBytes), tokens)
+		return fmt.Sprintf("KV cache %s · %d tokens", size, tokens)
 	}
 	c.kv.Refresh()
 	// What the chat learnt from thumbs, against what it would cost to show

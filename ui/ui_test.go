@@ -343,3 +343,24 @@ func TestRunDetailIsReadable(t *testing.T) {
 		t.Errorf("headline %q", h)
 	}
 }
+
+// Choosing a quantized KV cache starts a chat that stores it so, and the
+// meter says which.
+func TestChatQuantizedKVChoice(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	c := u.chat
+	locked(u, func() {
+		c.maxTokens.SetText("8")
+		c.kvBits.SetSelected(kvChoices[1]) // starts a new chat
+	})
+	test.NewTempWindow(t, c.content)
+	if c.session == nil || c.session.KV().Bits != 8 {
+		t.Fatalf("after choosing %q the chat stores its KV cache as %+v", kvChoices[1], c.session.KV())
+	}
+	test.Type(c.input, "What is a hacker?")
+	locked(u, func() { test.Tap(c.send) })
+	eventually(t, u, "the reply", func() bool { return !c.busy && c.kv.Value > 0 })
+	if text := c.kv.TextFormatter(); !strings.Contains(text, "(8-bit)") {
+		t.Errorf("KV meter says %q", text)
+	}
+}
