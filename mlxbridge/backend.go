@@ -159,6 +159,8 @@ type (
 	MemoryReporter interface{ Memory() (active, peak int64) }
 	// PeakResetter restarts the backend's peak from what it holds now.
 	PeakResetter interface{ ResetPeakMemory() }
+	// CacheClearer gives memory kept for reuse back to the system.
+	CacheClearer interface{ ClearCache() error }
 )
 
 // Opener makes a backend, or returns an error wrapping ErrUnavailable.
@@ -272,6 +274,15 @@ func ResetPeakMemory(b Backend) bool {
 		return true
 	}
 	return false
+}
+
+// ClearCache gives the memory b keeps for reuse (freed arrays' buffers) back to
+// the system, where b keeps any: after a big job, or before measuring one.
+func ClearCache(b Backend) error {
+	if c, ok := b.(CacheClearer); ok {
+		return c.ClearCache()
+	}
+	return nil
 }
 
 // Memory reports the bytes a backend holds, where it can tell.

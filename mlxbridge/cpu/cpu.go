@@ -63,6 +63,12 @@ func (be *Backend) Memory() (active, peak int64) {
 	return arrays + pooled + g, max(p+g, arrays+pooled+g)
 }
 
+// ClearCache gives the buffers kept for reuse back to the system.
+func (be *Backend) ClearCache() error {
+	clearPool()
+	return nil
+}
+
 // ResetPeakMemory restarts the peak from the array and pool bytes held now.
 func (be *Backend) ResetPeakMemory() { resetPeak() }
 
@@ -265,4 +271,7 @@ func gatherBuf(dt mx.DType, src *buf, n int, shape, strides []int, base int) *bu
 	return &buf{f: d}
 }
 
-var _ mx.Backend = (*Backend)(nil)
+var (
+	_ mx.Backend      = (*Backend)(nil)
+	_ mx.CacheClearer = (*Backend)(nil)
+)

@@ -174,6 +174,19 @@ func noteAlloc(n int64) {
 	}()
 }
 
+// clearPool returns the free list's buffers to the C heap.
+func clearPool() {
+	mem.Lock()
+	defer mem.Unlock()
+	for c, l := range mem.free {
+		for _, p := range l {
+			C.free(p)
+		}
+		mem.pooled.Add(-int64(c) * 4 * int64(len(l)))
+	}
+	clear(mem.free)
+}
+
 // resetPeak sets the peak to the bytes held now.
 func resetPeak() { mem.peak.Store(mem.arrays.Load() + mem.pooled.Load()) }
 

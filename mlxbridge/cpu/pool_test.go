@@ -74,6 +74,18 @@ func TestArrayBytesFollowLiveArrays(t *testing.T) {
 	if pooled > freeMax {
 		t.Errorf("free list holds %d bytes, more than its cap %d", pooled, freeMax)
 	}
+	if pooled == 0 {
+		t.Errorf("200 dead arrays left nothing on the free list")
+	}
+	if err := mx.ClearCache(be); err != nil {
+		t.Fatal(err)
+	}
+	if _, pooled, _ := arrayBytes(); pooled != 0 {
+		t.Errorf("after ClearCache the free list holds %d bytes", pooled)
+	}
+	if got := settle() - base; got < held {
+		t.Errorf("ClearCache freed live arrays: %d bytes live, want at least %d", got, held)
+	}
 	runtime.KeepAlive(keep)
 }
 

@@ -155,4 +155,5 @@ var (
 	_ mx.QuantizedMatMuler = (*Backend)(nil)
 	_ mx.Grader            = (*Backend)(nil)
 	_ mx.MemoryReporter    = (*Backend)(nil)
+	_ mx.CacheClearer      = (*Backend)(nil)
 )
