@@ -83,9 +83,10 @@ func TestMemoryFlatOverLongRun(t *testing.T) {
 // gradients and two moments are counted exactly; the whole run's peak (weights,
 // activations, garbage not yet collected) must be no more than 1.5× the
 // estimate, which a run is admitted on, and the estimate no more than twice the
-// peak (three times for a checkpointed run), or runs that fit are refused. One shape is dominated by the logits, one
-// by the MLP; both are big enough that the backend's 64 MiB collection floor is
-// not most of what is held.
+// peak (three times for a checkpointed run), or runs that fit are refused. One
+// shape is dominated by the logits, one by the MLP, one is deep and checkpointed;
+// all are big enough that the backend's 64 MiB collection floor is not most of
+// what is held.
 func TestMemoryEstimateMatchesARun(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
