@@ -309,3 +309,33 @@ func BenchmarkDecodeProfile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeMLX is BenchmarkDecode's loop on the mlx backend (skipped where
+// libmlxc does not load), for SmolLM2-135M's shape in float32 and 4-bit: what the
+// per-op cost of the backend does to a decoding step.
+func BenchmarkDecodeMLX(b *testing.B) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		b.Skipf("mlx backend: %v", err)
+	}
+	for _, bits := range []int{0, 4} {
+		b.Run(fmt.Sprintf("smollm2-135m/bits=%d", bits), func(b *testing.B) {
+			c := SmolLM2_135M()
+			if bits > 0 {
+				c.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 64, Bits: bits}}
+			}
+			m := NewRandom(c, 1, be)
+			prompt := tokenSeq(16, m.cfg.VocabSize, 1)
+			per := time.Duration(math.MaxInt64)
+			for range b.N {
+				s := NewSession(m)
+				logits, _, err := s.Prefill(prompt)
+				if err != nil {
+					b.Fatal(err)
+				}
+				per = min(per, decodeSteps(b, s, logits, 32))
+			}
+			b.ReportMetric(1/per.Seconds(), "tok/s")
+		})
+	}
+}

@@ -118,8 +118,15 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	if err != nil {
 		return nil, err
 	}
-	logits := s.m.ForwardLast(ids, s.cache)
-	if err := mx.Eval(logits); err != nil {
+	// One forward pass is hundreds of ops: issued where the backend runs
+	// them (mx.Run), they skip a hand-over each on MLX.
+	var logits *mx.Array
+	err = nil
+	mx.Run(s.m.b, func() {
+		logits = s.m.ForwardLast(ids, s.cache)
+		err = mx.Eval(logits)
+	})
+	if err != nil {
 		s.cache.Trim(len(s.tokens))
 		return nil, fmt.Errorf("inference: forward: %w", err)
 	}

@@ -161,6 +161,10 @@ type (
 	PeakResetter interface{ ResetPeakMemory() }
 	// CacheClearer gives memory kept for reuse back to the system.
 	CacheClearer interface{ ClearCache() error }
+	// Runner is implemented by backends that issue every op from one thread
+	// of their own (MLX): Run calls f on that thread, so the ops f issues go
+	// straight to the library instead of being handed over one by one.
+	Runner interface{ Run(f func()) }
 )
 
 // Opener makes a backend, or returns an error wrapping ErrUnavailable.
@@ -274,6 +278,19 @@ func ResetPeakMemory(b Backend) bool {
 		return true
 	}
 	return false
+}
+
+// Run calls f where b issues its ops (b's own thread, for a Runner; the
+// calling goroutine otherwise) and returns when f does. A decoding step or a
+// training step issues hundreds of ops: run as one f, they skip a hand-over
+// each. f must not wait on another goroutine that issues ops on b (it would
+// wait for the thread f holds); a panic in f is raised again in the caller.
+func Run(b Backend, f func()) {
+	if r, ok := b.(Runner); ok {
+		r.Run(f)
+		return
+	}
+	f()
 }
 
 // ClearCache gives the memory b keeps for reuse (freed arrays' buffers) back to

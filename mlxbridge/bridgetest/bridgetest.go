@@ -22,6 +22,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("Reference", s.reference)
 	t.Run("Gradients", s.gradients)
 	t.Run("Checkpoints", s.checkpoints)
+	t.Run("Run", s.run)
 	t.Run("Errors", s.errors)
 	t.Run("DTypes", s.dtypes)
 	t.Run("Quantized", s.quantized)

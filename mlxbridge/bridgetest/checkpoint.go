@@ -140,3 +140,36 @@ func (s *suite) checkpoints(t *testing.T) {
 		t.Errorf("checkpoint of a failing function gave %s", bad)
 	}
 }
+
+// run: ops issued inside mlxbridge.Run compute what they compute outside it,
+// a differentiation inside it works, and a panic in it reaches the caller.
+func (s *suite) run(t *testing.T) {
+	x := s.arr([]float32{1, 2, 3}, 3)
+	var y *mx.Array
+	var g []*mx.Array
+	var err error
+	mx.Run(s.b, func() {
+		y = mx.Mul(mx.Add(x, x), x)
+		if err = mx.Eval(y); err != nil {
+			return
+		}
+		_, g, err = mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array {
+			return []*mx.Array{mx.Sum(mx.Square(p[0]), nil, false)}
+		}, []*mx.Array{x})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "inside Run", y, []int{3}, []float64{2, 8, 18}, 0, 0)
+	expect(t, "gradient inside Run", g[0], []int{3}, []float64{2, 4, 6}, 0, 0)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("a panic inside Run came out as %v", r)
+			}
+		}()
+		mx.Run(s.b, func() { panic("boom") })
+	}()
+	// The backend still works after the panic.
+	expect(t, "after a panic", mx.Add(x, x), []int{3}, []float64{2, 4, 6}, 0, 0)
+}

@@ -156,4 +156,5 @@ var (
 	_ mx.Grader            = (*Backend)(nil)
 	_ mx.MemoryReporter    = (*Backend)(nil)
 	_ mx.CacheClearer      = (*Backend)(nil)
+	_ mx.Runner            = (*Backend)(nil)
 )

@@ -18,6 +18,18 @@ func BenchmarkOpOverhead(b *testing.B) {
 	}
 }
 
+// BenchmarkOpOverheadRun is the same op issued inside mlxbridge.Run: on the
+// worker thread, with no hand-over.
+func BenchmarkOpOverheadRun(b *testing.B) {
+	be := openOrSkip(b)
+	x := mx.FromData(be, mx.Float32, []float32{1}, 1)
+	mx.Run(be, func() {
+		for b.Loop() {
+			mx.Add(x, x)
+		}
+	})
+}
+
 // BenchmarkMatmulEval multiplies two 512×512 matrices and waits for the result.
 func BenchmarkMatmulEval(b *testing.B) {
 	be := openOrSkip(b)

@@ -168,3 +168,7 @@ func trimLocation(msg string) string {
 	}
 	return msg[:i]
 }
+
+// Run calls f on the worker: the ops f issues run there directly (see
+// mlxbridge.Run).
+func (be *Backend) Run(f func()) { be.w.do(f) }

@@ -177,30 +177,43 @@ func (s *Stepper) Step(ctx context.Context, params map[string]*mx.Array, batches
 			return res, err
 		}
 	}
-	var norm *mx.Array
-	if s.ClipNorm > 0 {
-		grads, norm = optim.ClipGlobalNorm(grads, float32(s.ClipNorm))
-	}
-	if err := finite(grads, "gradient of", step); err != nil {
+	// Clipping, the checks and the update are a dozen ops per parameter: issued
+	// where the backend runs them (mx.Run), they skip a hand-over each on MLX.
+	// Bind takes the model's adapter lock, so it runs outside.
+	var next map[string]*mx.Array
+	var saved optim.State
+	var err error
+	mx.Run(xs[0].Backend(), func() {
+		var norm *mx.Array
+		if s.ClipNorm > 0 {
+			grads, norm = optim.ClipGlobalNorm(grads, float32(s.ClipNorm))
+		}
+		if err = finite(grads, "gradient of", step); err != nil {
+			return
+		}
+		if norm != nil {
+			n, nerr := norm.Item()
+			if nerr != nil {
+				err = nerr
+				return
+			}
+			res.GradNorm = float64(n)
+		}
+		// The optimizer keeps its new state only when the update is usable: on a
+		// non-finite update, or a model that refuses it, the old state comes back,
+		// so a caller may retry or carry on from params.
+		saved = s.Optimizer.State()
+		res.LR = float64(s.Optimizer.LearningRate())
+		if next, err = s.Optimizer.Step(params, grads); err != nil {
+			err = fmt.Errorf("trainer: step %d: %w", step, err)
+			next = nil
+			return
+		}
+		err = finite(next, "update of", step)
+	})
+	if next == nil {
 		return res, err
 	}
-	if norm != nil {
-		n, err := norm.Item()
-		if err != nil {
-			return res, err
-		}
-		res.GradNorm = float64(n)
-	}
-	// The optimizer keeps its new state only when the update is usable: on a
-	// non-finite update, or a model that refuses it, the old state comes back,
-	// so a caller may retry or carry on from params.
-	saved := s.Optimizer.State()
-	res.LR = float64(s.Optimizer.LearningRate())
-	next, err := s.Optimizer.Step(params, grads)
-	if err != nil {
-		return res, fmt.Errorf("trainer: step %d: %w", step, err)
-	}
-	err = finite(next, "update of", step)
 	if err == nil {
 		if _, err = s.Bind(next); err != nil {
 			s.Bind(params)
