@@ -293,7 +293,8 @@ func (s *Stepper) Evaluate(ctx context.Context, params map[string]*mx.Array, bat
 		if err := ctx.Err(); err != nil {
 			return math.NaN(), err
 		}
-		loss, err := bt.Loss(m, params).Item()
+		var loss float32
+		mx.Run(m.Backend(), func() { loss, err = bt.Loss(m, params).Item() })
 		if err != nil {
 			return math.NaN(), fmt.Errorf("trainer: evaluate: %w", err)
 		}
