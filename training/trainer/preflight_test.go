@@ -237,6 +237,23 @@ func TestCheckpointWhenMemoryShort(t *testing.T) {
 			}
 		})
 	}
+	// With LoRA dropout: a block computed again draws the masks it drew the
+	// first time, so the gradients are the plain run's.
+	withAvailable(t, 64<<30)
+	drop := opts
+	drop.LoRA.Dropout = 0.2
+	_, plainDrop := train(drop)
+	drop.GradCheckpoint = true
+	_, ckDrop := train(drop)
+	for n, p := range plainDrop {
+		want, _ := p.Float32s()
+		have, _ := ckDrop[n].Float32s()
+		for i := range want {
+			if d := math.Abs(float64(want[i] - have[i])); d > 1e-5 {
+				t.Fatalf("with dropout, %s[%d]: %g checkpointed, %g plainly", n, i, have[i], want[i])
+			}
+		}
+	}
 	// Short even checkpointed: refused.
 	withAvailable(t, ck.Total()-1)
 	if _, err := newAdapterRun(bareModel(t), examplesOf(4, 40), opts, nil); !errors.Is(err, ErrWontFit) {
