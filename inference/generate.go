@@ -81,6 +81,9 @@ func logProb(row []float32, tok int) float64 {
 // a change recomputes the context with the new adapters.
 func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOptions, emit func(token int) (stop bool)) (st Stats, err error) {
 	st.PromptTokens = len(prompt)
+	if opts.MaxTokens < 0 {
+		return st, fmt.Errorf("inference: max tokens %d, want ≥ 0 (0: until a stop token or the context is full)", opts.MaxTokens)
+	}
 	sampler, err := NewSampler(opts.Sampling)
 	if err != nil {
 		return st, err

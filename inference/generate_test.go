@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -177,5 +178,17 @@ func TestGenerateLogProb(t *testing.T) {
 	st, _ = Generate(context.Background(), NewSession(m), prompt, GenerateOptions{MaxTokens: 2}, func(int) bool { return false })
 	if st.LogProb != 0 {
 		t.Errorf("LogProb without asking: %v", st.LogProb)
+	}
+}
+
+func TestGenerateRefusesNegativeMaxTokens(t *testing.T) {
+	m := NewRandom(tinyConfig("llama"), 21, cpu(t))
+	s := NewSession(m)
+	_, err := Generate(context.Background(), s, []int{1, 2}, GenerateOptions{MaxTokens: -5}, func(int) bool { return false })
+	if err == nil || !strings.Contains(err.Error(), "max tokens -5") {
+		t.Errorf("max tokens -5: %v", err)
+	}
+	if len(s.Tokens()) != 0 {
+		t.Errorf("a refused generation left %d tokens in the session", len(s.Tokens()))
 	}
 }
