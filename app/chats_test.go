@@ -275,4 +275,17 @@ func TestChatQuantizedKV(t *testing.T) {
 	if _, err := w.StartChat(ctx, ChatSpec{Model: "demo", KV: KVCache{Bits: 7}}); err == nil {
 		t.Errorf("a 7-bit KV cache was accepted")
 	}
+	// With test-time training the reply comes from a session of the adapted
+	// model, which keeps the chat's cache options.
+	c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 8, KV: KVCache{Bits: 4}, TTT: &TTTOptions{}, Sampling: inference.SampleOptions{Temperature: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := c.Send(ctx, "The jargon file is a glossary of hacker slang, collected over many years.", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turn.TTT == nil || len(turn.TTT.Steps) == 0 || turn.Text == "" {
+		t.Errorf("a 4-bit chat with test-time training: reply %q, training %+v", turn.Text, turn.TTT)
+	}
 }
