@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/store"
 	"github.com/inloop/inloop/training/trainer"
 )
@@ -26,13 +27,13 @@ func (f Fit) String() string {
 	return fmt.Sprintf("chat: %s (%s), LoRA: %s (%s)", mark(f.Chat), FormatBytes(f.ChatBytes), mark(f.LoRA), FormatBytes(f.LoRABytes))
 }
 
-// FitOf estimates what a registered model needs.
-func FitOf(m store.Model) Fit {
+// FitOf estimates what a registered model needs, trained on backend b.
+func FitOf(b mx.Backend, m store.Model) Fit {
 	cfg, err := inference.ReadConfig(m.Path)
 	if err != nil {
 		return Fit{}
 	}
-	e := EstimateTrain(cfg, m.Bytes, 4, 512, 8, -1)
+	e := EstimateTrain(b, cfg, m.Bytes, 4, 512, 8, -1)
 	// Chat: the weights, a full context's KV cache and working buffers.
 	kv := kvBytesPerToken(cfg) * int64(max(cfg.MaxPositionEmbeddings, 2048))
 	f := Fit{ChatBytes: weightsInMemory(m) + kv + 64<<20, LoRABytes: e.Total(), Available: e.Available}
@@ -57,8 +58,10 @@ func weightsInMemory(m store.Model) int64 {
 }
 
 // EstimateTrain is the trainer's memory estimate for a LoRA run of rank on the
-// last layers blocks (-1: all) with batch rows of seq tokens.
-func EstimateTrain(cfg inference.Config, weightBytes int64, batch, seq, rank, layers int) trainer.Estimate {
+// last layers blocks (-1: all) with batch rows of seq tokens, on backend b: as
+// the trainer does, checkpointed when memory is short and b's checkpoints save
+// memory (the cpu backend's do; MLX's autodiff keeps what it keeps).
+func EstimateTrain(b mx.Backend, cfg inference.Config, weightBytes int64, batch, seq, rank, layers int) trainer.Estimate {
 	if layers < 0 || layers > cfg.NumHiddenLayers {
 		layers = cfg.NumHiddenLayers
 	}
@@ -68,10 +71,13 @@ func EstimateTrain(cfg inference.Config, weightBytes int64, batch, seq, rank, la
 	// Seven linears a block, each with rank·(in+out) adapter weights.
 	h, inter := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
 	adapter := int64(layers) * int64(rank) * (4*2*h + 3*(h+inter))
-	e := trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter, false)
-	if !e.Fits() {
+	est := func(checkpoint bool) trainer.Estimate {
+		return trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter, trainer.SavingFor(b, checkpoint))
+	}
+	e := est(false)
+	if !e.Fits() && mx.Checkpoints(b) {
 		// What the trainer does when memory is short.
-		if ck := trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter, true); ck.Fits() {
+		if ck := est(true); ck.Fits() {
 			return ck
 		}
 	}

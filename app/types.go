@@ -68,7 +68,7 @@ func (w *Workspace) EstimateTrainFor(ctx context.Context, model string, batch, s
 	if err != nil {
 		return MemoryEstimate{}, err
 	}
-	return EstimateTrain(cfg, info.Bytes, batch, seq, rank, layers), nil
+	return EstimateTrain(w.Backend, cfg, info.Bytes, batch, seq, rank, layers), nil
 }
 
 // AddFeedback records a thumb (+1 or -1) on a stored reply, with the user's

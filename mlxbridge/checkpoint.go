@@ -21,6 +21,14 @@ package mlxbridge
 // before the function ran are its inputs in the graph. Backends with their own
 // autodiff (Grader) run the function plainly.
 
+// Checkpoints reports whether Checkpoint and CheckpointScalar save memory on b: they
+// do wherever this package differentiates; a backend with its own autodiff (MLX)
+// runs the function plainly and keeps what its autodiff keeps.
+func Checkpoints(b Backend) bool {
+	_, own := b.(Grader)
+	return !own
+}
+
 // Checkpoint returns f(x), recording for the reverse pass only x and the
 // traced arrays f reads; the backward pass calls f again. f must compute the
 // same thing each time it is called with x (the same dropout masks, say),

@@ -140,7 +140,7 @@ func (s *modelsScreen) refresh() {
 	}
 	s.models, s.fits = ms, make([]app.Fit, len(ms))
 	for i, m := range ms {
-		s.fits[i] = app.FitOf(m)
+		s.fits[i] = app.FitOf(s.u.ws.Backend, m)
 	}
 	s.table.Refresh()
 }

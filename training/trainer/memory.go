@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"math"
 	"os"
 	"strconv"
@@ -34,31 +35,46 @@ func (e Estimate) Fits() bool { return e.Available <= 0 || e.Total() <= e.Availa
 // EstimateMemory sizes a run of batch rows of seq tokens: per layer and token
 // the float32 intermediates of a transformer block (≈ 8·hidden + 4·intermediate
 // values, attention scores of heads·seq, twice for the backward pass), the
-// logits of one chunk of the loss three times (logits, log-softmax, their
-// gradient; inference.Loss takes LossChunkBytes of logits at a time), and four
-// copies of the adapter parameters. With checkpoint, the blocks keep only
-// their inputs, and one block's intermediates exist at a time.
+// logits three times (logits, log-softmax, their gradient) — of one chunk of the
+// loss with s.ChunkedLoss (inference.Loss takes LossChunkBytes of logits at a
+// time), of every position otherwise — and four copies of the adapter
+// parameters. With s.Checkpoint, the blocks keep only their inputs, and one
+// block's intermediates exist at a time.
 // The arithmetic saturates: sizes from flags (a batch of 10¹⁸) must give a
 // huge estimate, not an overflowed small one.
-func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, batch, seq int, adapterParams int64, checkpoint bool) Estimate {
+func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, batch, seq int, adapterParams int64, s Saving) Estimate {
 	perLayer := satAdd(satAdd(satMul(8, int64(hidden)), satMul(4, int64(intermediate))), satMul(2, satMul(int64(heads), int64(seq))))
 	tokens := satMul(int64(batch), int64(seq))
 	var act int64
-	if checkpoint {
+	if s.Checkpoint {
 		act = satMul(tokens, satAdd(satMul(int64(layers), satMul(4, int64(hidden))), satMul(perLayer, 8)))
 	} else {
 		act = satMul(tokens, satMul(satMul(int64(layers), perLayer), 8))
 	}
-	chunkRows := max(32, int64(inference.LossChunkBytes)/max(1, 4*int64(vocab)))
-	act = satAdd(act, satMul(min(tokens, chunkRows), satMul(int64(vocab), 12)))
+	logitRows := tokens
+	if s.ChunkedLoss {
+		logitRows = min(tokens, max(32, int64(inference.LossChunkBytes)/max(1, 4*int64(vocab))))
+	}
+	act = satAdd(act, satMul(logitRows, satMul(int64(vocab), 12)))
 	return Estimate{
 		Weights:      weights,
 		Activations:  act,
 		Optimizer:    satMul(16, adapterParams),
 		Headroom:     max(act/2, gcFloor),
 		Available:    systemAvailable(),
-		Checkpointed: checkpoint,
+		Checkpointed: s.Checkpoint,
 	}
+}
+
+// Saving is what a run does to hold less memory, as its backend allows
+// (mx.Checkpoints): the loss in chunks, each chunk's logits gone once its gradient
+// is taken, and every block recomputed in the backward pass.
+type Saving struct{ ChunkedLoss, Checkpoint bool }
+
+// SavingFor is what a run on b can save, with blocks checkpointed or not.
+func SavingFor(b mx.Backend, checkpoint bool) Saving {
+	ok := mx.Checkpoints(b)
+	return Saving{ChunkedLoss: ok, Checkpoint: ok && checkpoint}
 }
 
 // gcFloor is the cpu backend's least allocation between two collections.

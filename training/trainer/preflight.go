@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/training/data"
 	"github.com/inloop/inloop/training/lora"
 )
@@ -111,17 +112,21 @@ func (a *adapterRun) checkMemory(m *inference.Model, examples int) error {
 	}
 	mc := m.Config()
 	estimate := func(checkpoint bool) Estimate {
-		return EstimateMemory(m.WeightBytes(), mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, batch, seq, params, checkpoint)
+		return EstimateMemory(m.WeightBytes(), mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, batch, seq, params, SavingFor(m.Backend(), checkpoint))
+	}
+	can := mx.Checkpoints(m.Backend())
+	if o.GradCheckpoint && !can {
+		a.warn("grad checkpoint: the %s backend keeps what its own autodiff keeps; the run holds what it would without", m.Backend().Name())
 	}
 	e := estimate(o.GradCheckpoint)
-	if !e.Fits() && !o.GradCheckpoint {
+	if !e.Fits() && !e.Checkpointed && can {
 		// Short of memory: recomputing the blocks in the backward pass costs
 		// time, not results.
 		if ck := estimate(true); ck.Fits() {
-			e, a.checkpoint = ck, true
+			e = ck
 		}
 	}
-	a.checkpoint = a.checkpoint || o.GradCheckpoint
+	a.checkpoint = e.Checkpointed
 	a.memory = &MemoryError{Estimate: e, Batch: batch, Seq: seq, Rank: o.LoRA.Rank, Adapters: params}
 	if !e.Fits() && !o.Force {
 		return a.memory

@@ -154,7 +154,7 @@ func TestHugeSizesRefused(t *testing.T) {
 		})
 	}
 	// The estimate itself saturates instead of wrapping around.
-	e := EstimateMemory(1<<30, 4096, 11008, 32, 32, 32000, math.MaxInt, math.MaxInt, math.MaxInt64, false)
+	e := EstimateMemory(1<<30, 4096, 11008, 32, 32, 32000, math.MaxInt, math.MaxInt, math.MaxInt64, Saving{})
 	if e.Activations != math.MaxInt64 || e.Optimizer != math.MaxInt64 || e.Total() < 0 {
 		t.Errorf("estimate %+v, want saturated parts", e)
 	}
@@ -209,7 +209,7 @@ func TestCheckpointWhenMemoryShort(t *testing.T) {
 		t.Fatalf("checkpointed with memory to spare")
 	}
 	me, mc := plainRun.memory, plainRun.m.Config()
-	ck := EstimateMemory(me.Weights, mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, me.Batch, me.Seq, me.Adapters, true)
+	ck := EstimateMemory(me.Weights, mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, me.Batch, me.Seq, me.Adapters, Saving{ChunkedLoss: true, Checkpoint: true})
 	if ck.Total() >= me.Total() {
 		t.Fatalf("checkpointed estimate %d bytes, plain %d: no saving", ck.Total(), me.Total())
 	}
@@ -258,5 +258,58 @@ func TestCheckpointWhenMemoryShort(t *testing.T) {
 	withAvailable(t, ck.Total()-1)
 	if _, err := newAdapterRun(bareModel(t), examplesOf(4, 40), opts, nil); !errors.Is(err, ErrWontFit) {
 		t.Errorf("a run that does not fit checkpointed either: %v", err)
+	}
+}
+
+// ownAutodiff stands for a backend with its own autodiff (MLX): its checkpoints
+// run plainly and save nothing. It is never asked to differentiate here.
+type ownAutodiff struct{ mx.Backend }
+
+func (ownAutodiff) ValueAndGrad(func([]*mx.Array) []*mx.Array, []*mx.Array) ([]*mx.Array, []*mx.Array, error) {
+	panic("not differentiated in this test")
+}
+
+// The estimate counts what the backend's checkpoints save and nothing more: on a
+// backend with its own autodiff the loss's logits are all held and blocks are not
+// recomputed, so a run there is neither checkpointed nor admitted on a
+// checkpointed estimate, and asking for it says it does nothing.
+func TestSavingFollowsTheBackend(t *testing.T) {
+	m := bareModel(t)
+	if s := SavingFor(m.Backend(), true); !s.ChunkedLoss || !s.Checkpoint {
+		t.Errorf("cpu backend: %+v", s)
+	}
+	own := ownAutodiff{m.Backend()}
+	if s := SavingFor(own, true); s.ChunkedLoss || s.Checkpoint {
+		t.Errorf("a backend with its own autodiff: %+v", s)
+	}
+	const vocab = 151936
+	whole := EstimateMemory(1<<20, 1024, 3072, 16, 28, vocab, 1, 512, 1<<20, Saving{})
+	chunked := EstimateMemory(1<<20, 1024, 3072, 16, 28, vocab, 1, 512, 1<<20, Saving{ChunkedLoss: true})
+	if d := whole.Activations - chunked.Activations; d < 512*vocab*12/2 {
+		t.Errorf("a 512-token row's logits: %d bytes more held unchunked, want most of %d", d, 512*vocab*12)
+	}
+
+	mo := inference.NewRandom(m.Config(), 1, own)
+	var warned []string
+	withAvailable(t, 64<<30)
+	a, err := newAdapterRun(mo, examplesOf(4, 40), Options{LoRA: lora.Config{NumLayers: -1, Rank: 4}, Iters: 1, BatchSize: 2, GradCheckpoint: true},
+		func(ev Event) {
+			if ev.Kind == EventWarning {
+				warned = append(warned, ev.Message)
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.checkpoint || a.memory.Checkpointed || len(warned) != 1 || !strings.Contains(warned[0], "grad checkpoint") {
+		t.Errorf("asked to checkpoint on a backend that cannot: checkpoint %v, estimate %+v, warnings %q", a.checkpoint, a.memory.Estimate, warned)
+	}
+	// Short of memory there, the run is refused, not admitted on savings it
+	// would not have.
+	me, mc := a.memory, mo.Config()
+	ck := EstimateMemory(me.Weights, mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, me.Batch, me.Seq, me.Adapters, Saving{ChunkedLoss: true, Checkpoint: true})
+	withAvailable(t, (ck.Total()+me.Total())/2)
+	if _, err := newAdapterRun(mo, examplesOf(4, 40), Options{LoRA: lora.Config{NumLayers: -1, Rank: 4}, Iters: 1, BatchSize: 2}, nil); !errors.Is(err, ErrWontFit) {
+		t.Errorf("a run that fits only checkpointed, on a backend that cannot: %v", err)
 	}
 }
