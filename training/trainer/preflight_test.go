@@ -226,15 +226,7 @@ func TestCheckpointWhenMemoryShort(t *testing.T) {
 			if !a.checkpoint || !a.memory.Checkpointed || !a.memory.Fits() {
 				t.Fatalf("checkpoint %v, estimate %+v: want a checkpointed run that fits", a.checkpoint, a.memory.Estimate)
 			}
-			for n, p := range plain {
-				want, _ := p.Float32s()
-				have, _ := got[n].Float32s()
-				for i := range want {
-					if d := math.Abs(float64(want[i] - have[i])); d > 1e-5 {
-						t.Fatalf("%s[%d]: %g checkpointed, %g plainly", n, i, have[i], want[i])
-					}
-				}
-			}
+			sameParams(t, "", plain, got)
 		})
 	}
 	// With LoRA dropout: a block computed again draws the masks it drew the
@@ -245,15 +237,7 @@ func TestCheckpointWhenMemoryShort(t *testing.T) {
 	_, plainDrop := train(drop)
 	drop.GradCheckpoint = true
 	_, ckDrop := train(drop)
-	for n, p := range plainDrop {
-		want, _ := p.Float32s()
-		have, _ := ckDrop[n].Float32s()
-		for i := range want {
-			if d := math.Abs(float64(want[i] - have[i])); d > 1e-5 {
-				t.Fatalf("with dropout, %s[%d]: %g checkpointed, %g plainly", n, i, have[i], want[i])
-			}
-		}
-	}
+	sameParams(t, "with dropout, ", plainDrop, ckDrop)
 	// Short even checkpointed: refused.
 	withAvailable(t, ck.Total()-1)
 	if _, err := newAdapterRun(bareModel(t), examplesOf(4, 40), opts, nil); !errors.Is(err, ErrWontFit) {
@@ -311,5 +295,19 @@ func TestSavingFollowsTheBackend(t *testing.T) {
 	withAvailable(t, (ck.Total()+me.Total())/2)
 	if _, err := newAdapterRun(mo, examplesOf(4, 40), Options{LoRA: lora.Config{NumLayers: -1, Rank: 4}, Iters: 1, BatchSize: 2}, nil); !errors.Is(err, ErrWontFit) {
 		t.Errorf("a run that fits only checkpointed, on a backend that cannot: %v", err)
+	}
+}
+
+// sameParams fails unless the checkpointed run's adapter is the plain run's to 1e-5.
+func sameParams(t *testing.T, what string, plain, checkpointed map[string]*mx.Array) {
+	t.Helper()
+	for n, p := range plain {
+		want, _ := p.Float32s()
+		have, _ := checkpointed[n].Float32s()
+		for i := range want {
+			if d := math.Abs(float64(want[i] - have[i])); d > 1e-5 {
+				t.Fatalf("%s%s[%d]: %g checkpointed, %g plainly", what, n, i, have[i], want[i])
+			}
+		}
 	}
 }
