@@ -144,14 +144,22 @@ func (s *trainScreen) updateEstimate() {
 		s.estimate.SetText("")
 		return
 	}
+	s.estimate.SetText(estimateText(e))
+}
+
+// estimateText says what a run will hold, and what is done when memory is short.
+func estimateText(e app.MemoryEstimate) string {
 	text := fmt.Sprintf("This run should hold about %s in memory (weights %s, activations %s).", bytesText(e.Total()), bytesText(e.Weights), bytesText(e.Activations))
 	if e.Available > 0 {
 		text += fmt.Sprintf(" %s is available.", bytesText(e.Available))
+		if e.Checkpointed {
+			text += " That is with every block recomputed in the backward pass, since memory is short: each step takes about a third longer."
+		}
 		if e.Total() > e.Available {
 			text += " It may not fit: lower the batch size or the max tokens per row, or use a quantized model."
 		}
 	}
-	s.estimate.SetText(text)
+	return text
 }
 
 func (s *trainScreen) startRun() {

@@ -364,3 +364,21 @@ func TestChatQuantizedKVChoice(t *testing.T) {
 		t.Errorf("KV meter says %q", text)
 	}
 }
+
+// The Train screen's estimate says when memory is short enough that blocks will be
+// recomputed, and when even that may not fit.
+func TestEstimateText(t *testing.T) {
+	fits := app.MemoryEstimate{Weights: 1 << 30, Activations: 1 << 29, Headroom: 64 << 20, Available: 8 << 30}
+	if txt := estimateText(fits); strings.Contains(txt, "recomputed") || strings.Contains(txt, "may not fit") {
+		t.Errorf("a run that fits: %q", txt)
+	}
+	short := fits
+	short.Checkpointed, short.Available = true, 2<<30
+	if txt := estimateText(short); !strings.Contains(txt, "recomputed in the backward pass") || strings.Contains(txt, "may not fit") {
+		t.Errorf("a run that fits checkpointed: %q", txt)
+	}
+	short.Available = 1 << 30
+	if txt := estimateText(short); !strings.Contains(txt, "may not fit") {
+		t.Errorf("a run that does not fit even checkpointed: %q", txt)
+	}
+}
