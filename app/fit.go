@@ -71,17 +71,7 @@ func EstimateTrain(b mx.Backend, cfg inference.Config, weightBytes int64, batch,
 	// Seven linears a block, each with rank·(in+out) adapter weights.
 	h, inter := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
 	adapter := int64(layers) * int64(rank) * (4*2*h + 3*(h+inter))
-	est := func(checkpoint bool) trainer.Estimate {
-		return trainer.EstimateMemory(weightBytes, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize, batch, seq, adapter, trainer.SavingFor(b, checkpoint))
-	}
-	e := est(false)
-	if !e.Fits() && mx.Checkpoints(b) {
-		// What the trainer does when memory is short.
-		if ck := est(true); ck.Fits() {
-			return ck
-		}
-	}
-	return e
+	return trainer.EstimateRun(b, weightBytes, cfg, batch, seq, adapter, false)
 }
 
 // FormatBytes writes a size for a person: 1.23 GiB, 4.5 MiB, 300 KiB, 12 B.

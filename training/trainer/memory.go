@@ -71,10 +71,29 @@ func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, b
 // is taken, and every block recomputed in the backward pass.
 type Saving struct{ ChunkedLoss, Checkpoint bool }
 
-// SavingFor is what a run on b can save, with blocks checkpointed or not.
-func SavingFor(b mx.Backend, checkpoint bool) Saving {
+// savingFor is what a run on b can save, with blocks checkpointed or not.
+func savingFor(b mx.Backend, checkpoint bool) Saving {
 	ok := mx.Checkpoints(b)
 	return Saving{ChunkedLoss: ok, Checkpoint: ok && checkpoint}
+}
+
+// EstimateRun is the estimate a run of a model of cfg on b is admitted on: with
+// every block checkpointed when checkpoint asks for it, or when memory is short and
+// the run fits only so — where b's checkpoints save memory at all (mx.Checkpoints).
+func EstimateRun(b mx.Backend, weights int64, cfg inference.Config, batch, seq int, adapterParams int64, checkpoint bool) Estimate {
+	est := func(checkpoint bool) Estimate {
+		return EstimateMemory(weights, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumHiddenLayers, cfg.VocabSize,
+			batch, seq, adapterParams, savingFor(b, checkpoint))
+	}
+	e := est(checkpoint)
+	if !e.Fits() && !e.Checkpointed && mx.Checkpoints(b) {
+		// Short of memory: recomputing the blocks in the backward pass costs
+		// time, not results.
+		if ck := est(true); ck.Fits() {
+			return ck
+		}
+	}
+	return e
 }
 
 // gcFloor is the cpu backend's least allocation between two collections.

@@ -110,22 +110,10 @@ func (a *adapterRun) checkMemory(m *inference.Model, examples int) error {
 	if tr := a.batcher.Truncation(); tr.Longest > 0 && tr.Longest-1 < seq {
 		seq = tr.Longest - 1
 	}
-	mc := m.Config()
-	estimate := func(checkpoint bool) Estimate {
-		return EstimateMemory(m.WeightBytes(), mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, batch, seq, params, SavingFor(m.Backend(), checkpoint))
-	}
-	can := mx.Checkpoints(m.Backend())
-	if o.GradCheckpoint && !can {
+	if o.GradCheckpoint && !mx.Checkpoints(m.Backend()) {
 		a.warn("grad checkpoint: the %s backend keeps what its own autodiff keeps; the run holds what it would without", m.Backend().Name())
 	}
-	e := estimate(o.GradCheckpoint)
-	if !e.Fits() && !e.Checkpointed && can {
-		// Short of memory: recomputing the blocks in the backward pass costs
-		// time, not results.
-		if ck := estimate(true); ck.Fits() {
-			e = ck
-		}
-	}
+	e := EstimateRun(m.Backend(), m.WeightBytes(), m.Config(), batch, seq, params, o.GradCheckpoint)
 	a.checkpoint = e.Checkpointed
 	a.memory = &MemoryError{Estimate: e, Batch: batch, Seq: seq, Rank: o.LoRA.Rank, Adapters: params}
 	if !e.Fits() && !o.Force {

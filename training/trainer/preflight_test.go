@@ -259,11 +259,11 @@ func (ownAutodiff) ValueAndGrad(func([]*mx.Array) []*mx.Array, []*mx.Array) ([]*
 // checkpointed estimate, and asking for it says it does nothing.
 func TestSavingFollowsTheBackend(t *testing.T) {
 	m := bareModel(t)
-	if s := SavingFor(m.Backend(), true); !s.ChunkedLoss || !s.Checkpoint {
+	if s := savingFor(m.Backend(), true); !s.ChunkedLoss || !s.Checkpoint {
 		t.Errorf("cpu backend: %+v", s)
 	}
 	own := ownAutodiff{m.Backend()}
-	if s := SavingFor(own, true); s.ChunkedLoss || s.Checkpoint {
+	if s := savingFor(own, true); s.ChunkedLoss || s.Checkpoint {
 		t.Errorf("a backend with its own autodiff: %+v", s)
 	}
 	const vocab = 151936
