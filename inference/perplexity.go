@@ -69,15 +69,11 @@ func DecodePerplexity(s *Session, ids []int) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		lse, err := mx.LogSumExp(logits, nil, false).Item()
+		row, err := logits.Float32s()
 		if err != nil {
 			return 0, fmt.Errorf("inference: perplexity: %w", err)
 		}
-		at, err := mx.SliceAxis(logits, 0, ids[i], ids[i]+1).Float32s()
-		if err != nil {
-			return 0, fmt.Errorf("inference: perplexity: %w", err)
-		}
-		nll += float64(lse) - float64(at[0])
+		nll -= logProb(row, ids[i])
 		if i == len(ids)-1 {
 			break
 		}

@@ -121,7 +121,6 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	// One forward pass is hundreds of ops: issued where the backend runs
 	// them (mx.Run), they skip a hand-over each on MLX.
 	var logits *mx.Array
-	err = nil
 	mx.Run(s.m.b, func() {
 		logits = s.m.ForwardLast(ids, s.cache)
 		err = mx.Eval(logits)

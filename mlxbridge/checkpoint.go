@@ -51,7 +51,7 @@ func checkpoint(f func(*Array) *Array, x *Array, eager bool) *Array {
 	if x == nil || x.err != nil {
 		return x
 	}
-	if _, ok := x.b.(Grader); ok {
+	if !Checkpoints(x.b) {
 		return f(x)
 	}
 	start := nodeSeq.Load()
@@ -79,7 +79,7 @@ func checkpoint(f func(*Array) *Array, x *Array, eager bool) *Array {
 				gs := make([]*Array, len(saved))
 				for i, c := range saved {
 					if c != nil {
-						gs[i] = Mul(c, Reshape(AsType(g, c.dtype), ones(c.Ndim())...))
+						gs[i] = Mul(c, Reshape(AsType(g, c.dtype))) // g as a 0-d array broadcasts
 					}
 				}
 				return gs
@@ -128,14 +128,4 @@ func frontier(root *node, start uint64) []*Array {
 		}
 	}
 	return ext
-}
-
-// ones is the shape of n axes of length 1, that broadcasts a one-element
-// array over any array of n axes.
-func ones(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = 1
-	}
-	return s
 }
