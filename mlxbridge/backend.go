@@ -146,6 +146,16 @@ type (
 	Dequantizer interface {
 		Dequantize(w, scales, biases *Array, groupSize, bits int, out []int) (Handle, error)
 	}
+	// AdamUpdater runs AdamUpdate in one pass: p, g, m and v share a float
+	// dtype and shape; the handles are p', m' and v'.
+	AdamUpdater interface {
+		AdamUpdate(p, g, m, v *Array, c AdamCoeffs) (p2, m2, v2 Handle, err error)
+	}
+	// GlobalNormer computes GlobalNorm: xs are float arrays, at least one; the
+	// result is a Float32 0-d array.
+	GlobalNormer interface {
+		GlobalNorm(xs []*Array) (Handle, error)
+	}
 	// Grader is implemented by backends with their own autodiff (MLX).
 	Grader interface {
 		ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grads []*Array, err error)

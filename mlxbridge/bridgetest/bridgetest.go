@@ -27,6 +27,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("DTypes", s.dtypes)
 	t.Run("Quantized", s.quantized)
 	t.Run("QuantizedBatched", s.quantizedBatched)
+	t.Run("Optimizer", s.optimizer)
 	t.Run("XOR", s.xor)
 }
 

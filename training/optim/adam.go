@@ -93,20 +93,14 @@ func (o *Adam) Step(params, grads map[string]*mx.Array) (map[string]*mx.Array, e
 		if err != nil {
 			return nil, err
 		}
-		m = mx.Add(mulScalar(m, b1), mulScalar(g, 1-b1))
-		v = mx.Add(mulScalar(v, b2), mulScalar(mx.Square(g), 1-b2))
+		c := mx.AdamCoeffs{B1: b1, C1: 1 - b1, B2: b2, C2: 1 - b2, Decay: 1, Num: lr, Div: 1, Eps: o.Eps}
 		if o.WeightDecay != 0 {
-			p = mulScalar(p, 1-lr*o.WeightDecay)
+			c.Decay = 1 - lr*o.WeightDecay
 		}
-		var update *mx.Array
 		if o.BiasCorrection {
-			num := mulScalar(m, lr/(1-math.Pow(b1, t)))
-			den := addScalar(divScalar(mx.Sqrt(v), math.Sqrt(1-math.Pow(b2, t))), o.Eps)
-			update = mx.Div(num, den)
-		} else {
-			update = mx.Div(mulScalar(m, lr), addScalar(mx.Sqrt(v), o.Eps))
+			c.Num, c.Div = lr/(1-math.Pow(b1, t)), math.Sqrt(1-math.Pow(b2, t))
 		}
-		out[n] = mx.Sub(p, update)
+		out[n], m, v = mx.AdamUpdate(p, g, m, v, c)
 		newM[n], newV[n] = m, v
 	}
 	if err := evalNamed(namedGroup{"update of", out}, namedGroup{"first moment of", newM}, namedGroup{"second moment of", newV}); err != nil {

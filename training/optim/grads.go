@@ -12,24 +12,20 @@ import (
 // maxNorm/(‖g‖+1e-6) when the global norm ‖g‖, the L2 norm of all gradients taken
 // as one vector, is not below maxNorm, and returns the gradients with ‖g‖ (a float32
 // scalar, before clipping). The decision is made with array ops, so nothing is read
-// back; call Item on the norm to log it. The norm is accumulated in float32 whatever
-// the gradients' dtype (MLX sums in the gradients' own dtype). maxNorm ≤ 0 turns
+// back; call Item on the norm to log it. The norm is mx.GlobalNorm: accumulated in
+// float64 where the backend fuses it, else in float32, whatever the gradients' dtype
+// (MLX sums in the gradients' own dtype). maxNorm ≤ 0 turns
 // clipping off and only measures. Errors ride in the arrays, as in mlxbridge.
 func ClipGlobalNorm(grads map[string]*mx.Array, maxNorm float32) (map[string]*mx.Array, *mx.Array) {
 	names := Names(grads)
 	if len(names) == 0 {
 		return map[string]*mx.Array{}, mx.Scalar(0)
 	}
-	var sq *mx.Array
-	for _, n := range names {
-		s := mx.Sum(mx.Square(mx.AsType(grads[n], mx.Float32)), nil, false)
-		if sq == nil {
-			sq = s
-		} else {
-			sq = mx.Add(sq, s)
-		}
+	xs := make([]*mx.Array, len(names))
+	for i, n := range names {
+		xs[i] = grads[n]
 	}
-	norm := mx.Sqrt(sq)
+	norm := mx.GlobalNorm(xs[0].Backend(), xs...)
 	out := make(map[string]*mx.Array, len(names))
 	if maxNorm <= 0 {
 		for _, n := range names {
@@ -49,6 +45,35 @@ func ClipGlobalNorm(grads map[string]*mx.Array, maxNorm float32) (map[string]*mx
 		out[n] = mx.Where(below, g, mx.Mul(g, mx.AsType(factor, g.DType())))
 	}
 	return out, norm
+}
+
+// ClipGlobalNormRead is ClipGlobalNorm deciding on the host: it reads ‖g‖ back
+// and scales the gradients only when ‖g‖ is not below maxNorm, so a step that is
+// not clipped issues no op beyond the norm. The numbers are ClipGlobalNorm's. For
+// a caller that reads the norm anyway (a training step that logs it); an error in
+// any gradient is returned.
+func ClipGlobalNormRead(grads map[string]*mx.Array, maxNorm float32) (map[string]*mx.Array, float32, error) {
+	names := Names(grads)
+	out := make(map[string]*mx.Array, len(names))
+	if len(names) == 0 {
+		return out, 0, nil
+	}
+	xs := make([]*mx.Array, len(names))
+	for i, n := range names {
+		xs[i], out[n] = grads[n], grads[n]
+	}
+	norm, err := mx.GlobalNorm(xs[0].Backend(), xs...).Item()
+	if err != nil {
+		return nil, float32(math.NaN()), fmt.Errorf("optim: clip: %w", err)
+	}
+	if maxNorm <= 0 || norm < maxNorm {
+		return out, norm, nil
+	}
+	factor := float64(maxNorm / (norm + float32(1e-6)))
+	for _, n := range names {
+		out[n] = mulScalar(grads[n], factor)
+	}
+	return out, norm, nil
 }
 
 // Accumulator sums the gradients of several micro-batches so that one optimizer
@@ -137,27 +162,38 @@ func (a *Accumulator) Mean() (map[string]*mx.Array, error) {
 func (a *Accumulator) Reset() { *a = Accumulator{} }
 
 // AllFinite reports whether every element of the float arrays is finite (no NaN,
-// no ±Inf); integer arrays are finite by construction. It reduces everything to one
-// scalar on the backend, Σ x·0, which is 0 exactly when all x are finite and NaN
-// otherwise, and reads back only that.
+// no ±Inf); integer arrays are finite by construction. It reads back one number,
+// mx.GlobalNorm of them all: finite, so is every element. Only when it is not
+// (an element is not, or the squares overflowed) does it look again, with Σ x·0,
+// which is 0 exactly when all x are finite and NaN otherwise.
 func AllFinite(xs ...*mx.Array) (bool, error) {
-	var acc *mx.Array
+	var fs []*mx.Array
 	for i, x := range xs {
 		if err := x.Err(); err != nil {
 			return false, fmt.Errorf("optim: all finite: array %d: %w", i, err)
 		}
-		if !x.DType().IsFloat() || x.Size() == 0 {
-			continue
+		if x.DType().IsFloat() && x.Size() > 0 {
+			fs = append(fs, x)
 		}
+	}
+	if len(fs) == 0 {
+		return true, nil
+	}
+	norm, err := mx.GlobalNorm(fs[0].Backend(), fs...).Item()
+	if err != nil {
+		return false, fmt.Errorf("optim: all finite: %w", err)
+	}
+	if !math.IsNaN(float64(norm)) && !math.IsInf(float64(norm), 0) {
+		return true, nil
+	}
+	var acc *mx.Array
+	for _, x := range fs {
 		z := mx.Sum(mx.Mul(mx.AsType(x, mx.Float32), mx.FromData(x.Backend(), mx.Float32, []float32{0})), nil, false)
 		if acc == nil {
 			acc = z
 		} else {
 			acc = mx.Add(acc, z)
 		}
-	}
-	if acc == nil {
-		return true, nil
 	}
 	v, err := acc.Item()
 	if err != nil {

@@ -44,6 +44,56 @@ func TestClipGlobalNorm(t *testing.T) {
 	}
 }
 
+// ClipGlobalNormRead decides on the host what ClipGlobalNorm decides with
+// array ops: the same gradients, bit for bit, on both sides of the threshold,
+// in float32 and bfloat16, and the same norm.
+func TestClipGlobalNormRead(t *testing.T) {
+	for _, dt := range []mx.DType{mx.Float32, mx.BFloat16} {
+		grads := map[string]*mx.Array{
+			"a": mx.FromData(mx.Default(), dt, []float32{3, 4.1}, 2),
+			"b": mx.FromData(mx.Default(), dt, []float32{-12.3}, 1),
+		}
+		for _, maxNorm := range []float32{100, 13.6, 13, 1.3, 0} {
+			want, wantNorm := ClipGlobalNorm(grads, maxNorm)
+			got, norm, err := ClipGlobalNormRead(grads, maxNorm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if norm != mustItem(t, wantNorm) {
+				t.Errorf("%s max %g: norm %v, want %v", dt, maxNorm, norm, mustItem(t, wantNorm))
+			}
+			for _, k := range []string{"a", "b"} {
+				if !slices.Equal(values(t, got[k]), values(t, want[k])) || got[k].DType() != dt {
+					t.Errorf("%s max %g: %s = %v %s, want %v", dt, maxNorm, k, values(t, got[k]), got[k].DType(), values(t, want[k]))
+				}
+			}
+		}
+	}
+	if _, _, err := ClipGlobalNormRead(map[string]*mx.Array{"a": vec(1), "b": mx.Errorf("boom")}, 1); err == nil {
+		t.Error("an error gradient passed")
+	}
+}
+
+// plain hides the backend's fused ops, so GlobalNorm sums float32 squares.
+type plain struct{ mx.Backend }
+
+// Squares that overflow float32 make a composed global norm infinite; AllFinite
+// then looks again element by element and finds the values finite.
+func TestAllFiniteWhenSquaresOverflow(t *testing.T) {
+	x := mx.FromData(plain{mx.Default()}, mx.Float32, []float32{3e38, -3e38}, 2)
+	if n := mustItem(t, mx.GlobalNorm(x.Backend(), x)); !math.IsInf(float64(n), 1) {
+		t.Fatalf("composed norm of 3e38 = %v, want +Inf (the case under test)", n)
+	}
+	ok, err := AllFinite(x)
+	if err != nil || !ok {
+		t.Errorf("AllFinite(3e38, -3e38) = %v, %v; want true", ok, err)
+	}
+	ok, err = AllFinite(mx.FromData(x.Backend(), mx.Float32, []float32{3e38, float32(math.NaN())}, 2))
+	if err != nil || ok {
+		t.Errorf("AllFinite(3e38, NaN) = %v, %v; want false", ok, err)
+	}
+}
+
 func mustItem(t *testing.T, a *mx.Array) float32 {
 	t.Helper()
 	v, err := a.Item()

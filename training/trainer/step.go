@@ -184,20 +184,21 @@ func (s *Stepper) Step(ctx context.Context, params map[string]*mx.Array, batches
 	var saved optim.State
 	var err error
 	mx.Run(xs[0].Backend(), func() {
-		var norm *mx.Array
+		// A finite global norm means finite gradients: the check is then done.
+		checked := false
 		if s.ClipNorm > 0 {
-			grads, norm = optim.ClipGlobalNorm(grads, float32(s.ClipNorm))
-		}
-		if err = finite(grads, "gradient of", step); err != nil {
-			return
-		}
-		if norm != nil {
-			n, nerr := norm.Item()
-			if nerr != nil {
-				err = nerr
+			var n float32
+			if grads, n, err = optim.ClipGlobalNormRead(grads, float32(s.ClipNorm)); err != nil {
+				err = fmt.Errorf("trainer: step %d: %w", step, err)
 				return
 			}
 			res.GradNorm = float64(n)
+			checked = !math.IsNaN(res.GradNorm) && !math.IsInf(res.GradNorm, 0)
+		}
+		if !checked {
+			if err = finite(grads, "gradient of", step); err != nil {
+				return
+			}
 		}
 		// The optimizer keeps its new state only when the update is usable: on a
 		// non-finite update, or a model that refuses it, the old state comes back,

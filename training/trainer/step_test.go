@@ -227,17 +227,31 @@ func TestStepRefusesNonFinite(t *testing.T) {
 	nan.Loss = func(m *inference.Model, p map[string]*mx.Array) *mx.Array {
 		return mx.MulScalar(ok.Loss(m, p), float32(math.NaN()))
 	}
+	// A finite loss with a NaN gradient: 0·Σ√|x| is 0, but its gradient at
+	// LoRA's zero-initialised B is 0·∞.
+	nanGrad := ok
+	nanGrad.Loss = func(m *inference.Model, p map[string]*mx.Array) *mx.Array {
+		l := ok.Loss(m, p)
+		for _, x := range p {
+			l = mx.Add(l, mx.MulScalar(mx.Sum(mx.Sqrt(mx.Abs(x)), nil, false), 0))
+		}
+		return l
+	}
 	for _, c := range []struct {
 		name  string
 		lr    float32
+		clip  float64
 		batch Batch
 		says  string
 	}{
-		{"loss", 0.1, nan, "loss of micro-batch 0 is NaN"},
-		{"update", float32(math.Inf(1)), ok, "update of"},
+		{"loss", 0.1, 0, nan, "loss of micro-batch 0 is NaN"},
+		{"gradient", 0.1, 0, nanGrad, "gradient of"},
+		{"gradient clipped", 0.1, 1, nanGrad, "gradient of"},
+		{"update", float32(math.Inf(1)), 0, ok, "update of"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := sgdStepper(m, c.lr)
+			s.ClipNorm = c.clip
 			_, err := s.Step(context.Background(), start, []Batch{c.batch})
 			if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("err = %v, want ErrNonFinite saying %q", err, c.says)
