@@ -236,6 +236,24 @@ func Eval(xs ...*Array) error {
 	return nil
 }
 
+// AsyncEval starts computing lazily built arrays and returns without waiting
+// for them, so the caller can build the next piece of work meanwhile (a
+// decoder, the next token's forward pass); reading an array back waits for it.
+// On a backend that is not lazy it only returns the first error.
+func AsyncEval(xs ...*Array) error {
+	for _, x := range xs {
+		if err := x.Err(); err != nil {
+			return err
+		}
+	}
+	if len(xs) > 0 {
+		if ev, ok := xs[0].b.(AsyncEvaluator); ok {
+			return ev.AsyncEval(xs...)
+		}
+	}
+	return nil
+}
+
 // readback copies an array out as []T after checking its dtype with ok.
 func readback[T any](a *Array, name string, ok bool) ([]T, error) {
 	if err := a.Err(); err != nil {

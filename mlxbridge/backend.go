@@ -112,6 +112,9 @@ type Backend interface {
 type (
 	// Evaluator is implemented by lazy backends: Eval computes the arrays now.
 	Evaluator interface{ Eval(xs ...*Array) error }
+	// AsyncEvaluator is implemented by lazy backends that can compute arrays
+	// while the caller goes on: AsyncEval starts and returns.
+	AsyncEvaluator interface{ AsyncEval(xs ...*Array) error }
 	// Softmaxer computes softmax along the last axis.
 	Softmaxer interface {
 		Softmax(x *Array) (Handle, error)
@@ -145,6 +148,15 @@ type (
 	// (mx.dequantize), so a quantized table need not travel to the host.
 	Dequantizer interface {
 		Dequantize(w, scales, biases *Array, groupSize, bits int, out []int) (Handle, error)
+	}
+	// Sorter sorts the last axis in ascending order, NaNs last.
+	Sorter interface {
+		Sort(x *Array) (Handle, error)
+	}
+	// CumSummer is the inclusive running sum along the last axis, from its end
+	// when reverse.
+	CumSummer interface {
+		CumSum(x *Array, reverse bool) (Handle, error)
 	}
 	// AdamUpdater runs AdamUpdate in one pass: p, g, m and v share a float
 	// dtype and shape; the handles are p', m' and v'.

@@ -164,3 +164,48 @@ func logSumExpLast(x *Array) *Array {
 
 // LogSoftmax along the last axis.
 func LogSoftmax(x *Array) *Array { return Sub(x, LogSumExp(x, []int{-1}, true)) }
+
+// Sort sorts x along axis in ascending order; NaNs, if any, come last. Not
+// differentiable (a traced input gives an error). Backends implement Sorter.
+func Sort(x *Array, axis int) *Array {
+	if e := checkFloat("sort", x); e != nil {
+		return e
+	}
+	if len(x.shape) == 0 {
+		return Errorf("sort: scalar input")
+	}
+	if traced(x) {
+		return Errorf("sort: not differentiable")
+	}
+	s, ok := x.b.(Sorter)
+	if !ok {
+		return Errorf("sort: the %s backend cannot sort", x.b.Name())
+	}
+	return lastAxisOp(x, axis, func(x *Array) *Array {
+		h, err := s.Sort(x)
+		keepAlive(x)
+		return newArray("sort", x.b, h, err, x.shape, x.dtype)
+	})
+}
+
+// CumSum is the inclusive running sum along axis: out[i] = x[0] + … + x[i],
+// or with reverse x[i] + … + x[n−1]. Backends implement CumSummer.
+func CumSum(x *Array, axis int, reverse bool) *Array {
+	if e := checkFloat("cumsum", x); e != nil {
+		return e
+	}
+	if len(x.shape) == 0 {
+		return Errorf("cumsum: scalar input")
+	}
+	c, ok := x.b.(CumSummer)
+	if !ok {
+		return Errorf("cumsum: the %s backend has no running sum", x.b.Name())
+	}
+	return lastAxisOp(x, axis, func(x *Array) *Array {
+		h, err := c.CumSum(x, reverse)
+		keepAlive(x)
+		out := newArray("cumsum", x.b, h, err, x.shape, x.dtype)
+		// Each x[j] adds to every out[i] from j on (to j, reversed).
+		return record(out, func(g *Array) []*Array { return []*Array{CumSum(g, -1, !reverse)} }, x)
+	})
+}

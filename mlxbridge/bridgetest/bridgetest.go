@@ -28,6 +28,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("Quantized", s.quantized)
 	t.Run("QuantizedBatched", s.quantizedBatched)
 	t.Run("Optimizer", s.optimizer)
+	t.Run("Sorting", s.sorting)
 	t.Run("XOR", s.xor)
 }
 

@@ -94,6 +94,11 @@ func (s *suite) gradCases() []gradCase {
 		{"quantized_matmul xᵀ", [][]int{{2, 6}}, one(func(x *mx.Array) *mx.Array { return mx.QuantizedMatmul(x, wq, sc, bi, false, 32, 4) }), false},
 		{"shared input", [][]int{{3}}, one(func(x *mx.Array) *mx.Array { return mx.Mul(mx.Exp(x), mx.Tanh(x)) }), false},
 	}
+	if _, ok := s.b.(mx.CumSummer); ok {
+		cases = append(cases,
+			gradCase{"cumsum", [][]int{{2, 5}}, one(func(x *mx.Array) *mx.Array { return mx.CumSum(x, -1, false) }), false},
+			gradCase{"cumsum reverse axis 0", [][]int{{4, 3}}, one(func(x *mx.Array) *mx.Array { return mx.CumSum(x, 0, true) }), false})
+	}
 	return cases
 }
 

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -194,4 +195,42 @@ func (be *Backend) LogSumExp(x *mx.Array) (mx.Handle, error) {
 	logSumExpRows(out, src, d)
 	roundTo(x.DType(), out)
 	return &buf{f: out}, nil
+}
+
+// Sort sorts each row of the last axis, NaNs last.
+func (be *Backend) Sort(x *mx.Array) (mx.Handle, error) {
+	out := lastAxisRows(x, x.Dim(-1), func(row, out []float32) {
+		copy(out, row)
+		slices.SortFunc(out, func(a, b float32) int {
+			switch {
+			case a < b || (b != b && a == a):
+				return -1
+			case a > b || (a != a && b == b):
+				return 1
+			}
+			return 0
+		})
+	})
+	return fbuf(out), nil
+}
+
+// CumSum is the running sum of each row of the last axis, accumulated in
+// float32 as the sum is stored, from the row's end when reverse.
+func (be *Backend) CumSum(x *mx.Array, reverse bool) (mx.Handle, error) {
+	out := lastAxisRows(x, x.Dim(-1), func(row, out []float32) {
+		var acc float32
+		if reverse {
+			for i := len(row) - 1; i >= 0; i-- {
+				acc += row[i]
+				out[i] = acc
+			}
+			return
+		}
+		for i, v := range row {
+			acc += v
+			out[i] = acc
+		}
+	})
+	roundTo(x.DType(), out)
+	return fbuf(out), nil
 }

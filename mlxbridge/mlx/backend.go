@@ -133,6 +133,26 @@ func (be *Backend) Eval(xs ...*mx.Array) error {
 	return err
 }
 
+// AsyncEval starts computing xs and returns without waiting: mx.AsyncEval.
+func (be *Backend) AsyncEval(xs ...*mx.Array) error {
+	var err error
+	be.w.do(func() {
+		be.drain()
+		cs := make([]C.mlxc_array, len(xs))
+		for i, x := range xs {
+			if cs[i], err = arg(x); err != nil {
+				return
+			}
+		}
+		v := C.mlxc_vector_array_new_data(ptr(cs), C.size_t(len(cs)))
+		defer C.mlxc_vector_array_free(v)
+		if C.mlxc_async_eval(v) != 0 {
+			err = lastError("async eval")
+		}
+	})
+	return err
+}
+
 // Synchronize waits for all work queued on the backend's stream.
 func (be *Backend) Synchronize() error {
 	var err error

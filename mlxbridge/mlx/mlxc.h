@@ -82,6 +82,9 @@ typedef int (*mlxc_closure_fn)(mlxc_vector* out, const mlxc_vector in, void* pay
     MLXC_S), (r, a, axes, n, keep, s))                                                        \
   X(int, min_axes, (mlxc_array* r, const mlxc_array a, const int* axes, size_t n, bool keep,  \
     MLXC_S), (r, a, axes, n, keep, s))                                                        \
+  X(int, sort_axis, (mlxc_array* r, const mlxc_array a, int axis, MLXC_S), (r, a, axis, s))   \
+  X(int, cumsum, (mlxc_array* r, const mlxc_array a, int axis, bool reverse, bool inclusive,  \
+    MLXC_S), (r, a, axis, reverse, inclusive, s))                                             \
   X(int, argmax_axis, (mlxc_array* r, const mlxc_array a, int axis, bool keep, MLXC_S),       \
     (r, a, axis, keep, s))                                                                    \
   X(int, swapaxes, (mlxc_array* r, const mlxc_array a, int a1, int a2, MLXC_S),               \
@@ -141,6 +144,7 @@ typedef int (*mlxc_closure_fn)(mlxc_vector* out, const mlxc_vector in, void* pay
     const mlxc_array mask, const mlxc_array sinks, MLXC_S),                                   \
     (r, q, k, v, scale, mask_mode, mask, sinks, s))                                           \
   X(int, eval, (const mlxc_vector xs), (xs))                                                  \
+  X(int, async_eval, (const mlxc_vector xs), (xs))                                            \
   X(mlxc_closure, closure_new_func_payload, (mlxc_closure_fn f, void* payload,                \
     void (*dtor)(void*)), (f, payload, dtor))                                                 \
   X(int, closure_free, (mlxc_closure c), (c))                                                 \

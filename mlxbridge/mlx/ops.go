@@ -189,6 +189,20 @@ func (be *Backend) ArgMax(x *mx.Array, axis int) (mx.Handle, error) {
 	})
 }
 
+func (be *Backend) Sort(x *mx.Array) (mx.Handle, error) {
+	return be.exec("sort", func(s *scope) C.mlxc_array {
+		a := s.in(x)
+		return s.op("sort", func(r *C.mlxc_array) C.int { return C.mlxc_sort_axis(r, a, -1, s.st) })
+	})
+}
+
+func (be *Backend) CumSum(x *mx.Array, reverse bool) (mx.Handle, error) {
+	return be.exec("cumsum", func(s *scope) C.mlxc_array {
+		a := s.in(x)
+		return s.op("cumsum", func(r *C.mlxc_array) C.int { return C.mlxc_cumsum(r, a, -1, C.bool(reverse), true, s.st) })
+	})
+}
+
 func (be *Backend) MatMul(a, b *mx.Array, transA, transB bool, out []int) (mx.Handle, error) {
 	return be.exec("matmul", func(s *scope) C.mlxc_array {
 		x, y := s.in(a), s.in(b)
