@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -335,5 +336,54 @@ func BenchmarkDecodeMLX(b *testing.B) {
 			b.ResetTimer()
 			b.ReportMetric(1/bestDecode(b, m, 32).Seconds(), "tok/s")
 		})
+	}
+}
+
+// BenchmarkGenerateMLX is Generate on the mlx backend (skipped where libmlxc
+// does not load): 64 tokens after a 16-token prompt, greedy and sampled
+// (temperature 0.7, top-p 0.95), with each step queued before the token it
+// follows is read back (queued, the default there) and without (plain), on
+// the bundled demo model and SmolLM2-135M's shape. tok/s is the best decode
+// rate of b.N runs:
+//
+//	MLXC_LIB=… go test ./inference -run '^$' -bench GenerateMLX -benchtime 5x
+func BenchmarkGenerateMLX(b *testing.B) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		b.Skipf("mlx backend: %v", err)
+	}
+	demo, err := Load("../resources/demo", be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	models := []struct {
+		name string
+		m    *Model
+	}{{"demo", demo}, {"smollm2-135m", NewRandom(SmolLM2_135M(), 1, be)}}
+	for _, mc := range models {
+		for _, so := range []struct {
+			name string
+			o    SampleOptions
+		}{{"greedy", SampleOptions{}}, {"top-p", SampleOptions{Temperature: 0.7, TopP: 0.95, Seed: 1}}} {
+			for _, mode := range []struct {
+				name string
+				q    int
+			}{{"queued", 1}, {"plain", -1}} {
+				b.Run(mc.name+"/"+so.name+"/"+mode.name, func(b *testing.B) {
+					queueMode = mode.q
+					defer func() { queueMode = 0 }()
+					prompt := tokenSeq(16, mc.m.cfg.VocabSize, 1)
+					best := 0.0
+					for range b.N {
+						st, err := Generate(context.Background(), NewSession(mc.m), prompt, GenerateOptions{MaxTokens: 65, Sampling: so.o}, func(int) bool { return false })
+						if err != nil || st.GeneratedTokens != 65 {
+							b.Fatalf("%v, %d tokens", err, st.GeneratedTokens)
+						}
+						best = max(best, st.DecodeTPS)
+					}
+					b.ReportMetric(best, "tok/s")
+				})
+			}
+		}
 	}
 }

@@ -113,6 +113,10 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 	st.PrefillTPS = rate(len(prompt)-reused, st.PrefillTime)
 	peak()
 
+	if queues(b, opts.Sampling) {
+		err := generateQueued(ctx, sess, logits, sampler, opts, emit, &st, start, peak)
+		return st, err
+	}
 	history := slices.Clone(prompt) // for the repetition penalty
 	limit := sess.m.cfg.MaxPositionEmbeddings
 	var decodeStart time.Time
@@ -163,6 +167,140 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 	st.DecodeTime = time.Since(decodeStart)
 	st.DecodeTPS = rate(steps, st.DecodeTime)
 	return st, nil
+}
+
+// queueMode overrides when Generate queues steps: 1 on every backend (tests:
+// an eager backend computes each op as it is issued, so the loop's
+// bookkeeping is what they see), −1 never (benchmarks: the plain loop to
+// compare with), 0 as queues decides.
+var queueMode int
+
+// queues reports whether Generate queues each decode step before reading back
+// the token it starts from: on a backend that computes while the caller goes
+// on (MLX), with sampling the device can do.
+func queues(b mx.Backend, o SampleOptions) bool {
+	_, async := b.(mx.AsyncEvaluator)
+	return (async && queueMode == 0 || queueMode > 0) && o.onDevice()
+}
+
+// generateQueued is Generate's decode loop on a lazy backend, the way mlx-lm
+// runs it: each token is drawn on the device (deviceDraw), and the forward
+// pass it feeds, with the draw after it, is queued before the token is read
+// back, so the device computes the next step while the host waits for this
+// token, emits it and checks the stops. A step is queued only when it can be
+// needed (not past MaxTokens or the context); after a stop token or emit's
+// stop, the one queued step is dropped from the cache. When the adapters
+// change, the next step is not queued but recomputed through Append.
+func generateQueued(ctx context.Context, sess *Session, logits *mx.Array, sampler *Sampler, opts GenerateOptions, emit func(int) bool, st *Stats, start time.Time, peak func()) error {
+	b := sess.m.b
+	limit := sess.m.cfg.MaxPositionEmbeddings
+	var tok, lp *mx.Array
+	draw := func(logits *mx.Array) error {
+		var err error
+		mx.Run(b, func() {
+			tok, lp = sampler.deviceDraw(logits, opts.LogProb)
+			err = mx.AsyncEval(nonNil(tok, lp)...)
+		})
+		return err
+	}
+	if err := draw(logits); err != nil {
+		return fmt.Errorf("inference: sampling: %w", err)
+	}
+	var decodeStart time.Time
+	steps := 0
+	stop := func(reason string) {
+		st.StopReason = reason
+		st.DecodeTime = time.Since(decodeStart)
+		st.DecodeTPS = rate(steps, st.DecodeTime)
+	}
+	for {
+		// The step after tok, queued unless it cannot be needed.
+		var next, nextLP *mx.Array
+		queued := false
+		if !(opts.MaxTokens > 0 && st.GeneratedTokens+1 >= opts.MaxTokens) && !(limit > 0 && sess.cache.Len()+1 > limit) {
+			var err error
+			if next, nextLP, queued, err = sess.queue(tok, sampler, opts.LogProb); err != nil {
+				return err
+			}
+		}
+		drop := func() { sess.cache.Trim(len(sess.tokens)) } // the queued step's keys and values
+		ids, err := tok.Int32s()
+		if err != nil {
+			drop()
+			return fmt.Errorf("inference: sampling: %w", err)
+		}
+		id := int(ids[0])
+		if st.TimeToFirstToken == 0 {
+			st.TimeToFirstToken = time.Since(start)
+			decodeStart = time.Now()
+		}
+		if slices.Contains(opts.StopTokens, id) {
+			drop()
+			stop(StopToken)
+			return nil
+		}
+		st.GeneratedTokens++
+		if opts.LogProb {
+			v, err := lp.Item()
+			if err != nil {
+				drop()
+				return fmt.Errorf("inference: log-probability: %w", err)
+			}
+			st.LogProb += float64(v)
+		}
+		if emit(id) {
+			drop()
+			stop(StopEmit)
+			return nil
+		}
+		if opts.MaxTokens > 0 && st.GeneratedTokens >= opts.MaxTokens {
+			drop()
+			stop(StopMaxTokens)
+			return nil
+		}
+		if limit > 0 && sess.cache.Len()+1 > limit && !queued {
+			stop(StopContext)
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			drop()
+			stop(StopCancelled)
+			return err
+		}
+		if queued && sess.m.AdapterVersion() != sess.version {
+			// The adapters changed while id was read and emitted: the queued
+			// step used the old ones, so it goes, with its draw.
+			drop()
+			sampler.unread()
+			queued = false
+		}
+		if queued {
+			sess.tokens = append(sess.tokens, id)
+			tok, lp = next, nextLP
+		} else {
+			// The adapters changed: Append recomputes the session with them.
+			logits, err := sess.Append([]int{id})
+			if err != nil {
+				return err
+			}
+			if err := draw(logits); err != nil {
+				return fmt.Errorf("inference: sampling: %w", err)
+			}
+		}
+		steps++
+		peak()
+	}
+}
+
+// nonNil drops the nil arrays of xs.
+func nonNil(xs ...*mx.Array) []*mx.Array {
+	out := xs[:0:0]
+	for _, x := range xs {
+		if x != nil {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func rate(n int, d time.Duration) float64 {

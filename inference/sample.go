@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+
+	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // SampleOptions chooses how the next token is drawn from the logits. The filters run
@@ -49,6 +51,10 @@ type Sampler struct {
 	z   []float32 // penalized logits
 	w   []float64 // unnormalized probability of every token, 0 for the filtered out
 	tmp []int     // token ids of one top-p bucket
+	ids *mx.Array // 0 … vocab−1 on the device (deviceIDs)
+
+	back    float64 // the last number a device draw took (uniform, unread)
+	hasBack bool
 }
 
 // candidate is a token and its probability.

@@ -133,6 +133,30 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	return mx.Reshape(logits, s.m.cfg.VocabSize), nil
 }
 
+// queue runs the token array tok (1, 1) after the session and draws the next
+// token from the logits, all queued on the backend (mx.AsyncEval) and nothing
+// read back: generateQueued's step. The cache holds tok's keys and values
+// once it returns; the caller adds tok to the session's tokens when it has
+// read it, or trims the cache back. queued is false, with nothing run, when
+// the adapters changed since the cache was computed.
+func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool) (next, lp *mx.Array, queued bool, err error) {
+	s.m.ad.mu.RLock()
+	defer s.m.ad.mu.RUnlock()
+	if s.m.AdapterVersion() != s.version {
+		return nil, nil, false, nil
+	}
+	mx.Run(s.m.b, func() {
+		logits := s.m.ForwardLast(tok, s.cache)
+		next, lp = sampler.deviceDraw(mx.Reshape(logits, s.m.cfg.VocabSize), logProb)
+		err = mx.AsyncEval(nonNil(next, lp)...)
+	})
+	if err != nil {
+		s.cache.Trim(len(s.tokens))
+		return nil, nil, false, fmt.Errorf("inference: forward: %w", err)
+	}
+	return next, lp, true, nil
+}
+
 func commonPrefix(a, b []int) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {
