@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // withQueue runs f with Generate's queued loop on the cpu backend too.
@@ -131,4 +133,38 @@ func TestGenerateQueuedMatchesPlain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lazyBackend stands for MLX in queues' decision: it evaluates
+// asynchronously, on the device it names.
+type lazyBackend struct {
+	mx.Backend
+	device string
+}
+
+func (lazyBackend) AsyncEval(...*mx.Array) error { return nil }
+func (l lazyBackend) Device() string             { return l.device }
+
+func TestQueuesWhere(t *testing.T) {
+	cpuB := cpu(t)
+	greedy, topP := SampleOptions{}, SampleOptions{Temperature: 0.7, TopP: 0.95}
+	cases := []struct {
+		b    mx.Backend
+		o    SampleOptions
+		want bool
+	}{
+		{cpuB, greedy, false}, // eager: nothing to overlap
+		{lazyBackend{cpuB, "gpu"}, greedy, true},
+		{lazyBackend{cpuB, "gpu"}, topP, true},
+		{lazyBackend{cpuB, "cpu"}, greedy, true},
+		{lazyBackend{cpuB, "cpu"}, SampleOptions{Temperature: 0.7, MinP: 0.1}, true},
+		{lazyBackend{cpuB, "cpu"}, topP, false}, // the sort costs more than the overlap saves
+		{lazyBackend{cpuB, "cpu"}, SampleOptions{Temperature: 0.7, TopK: 40}, false},
+		{lazyBackend{cpuB, "gpu"}, SampleOptions{RepetitionPenalty: 1.1}, false}, // needs the tokens on the host
+	}
+	for i, c := range cases {
+		if got := queues(c.b, c.o); got != c.want {
+			t.Errorf("case %d (%T %+v): queues = %v, want %v", i, c.b, c.o, got, c.want)
+		}
+	}
 }
