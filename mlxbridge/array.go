@@ -222,34 +222,28 @@ func scalarLike(x *Array, v float32) *Array {
 
 // Eval computes lazily built arrays (a no-op on eager backends) and returns the
 // first error any of them carries.
-func Eval(xs ...*Array) error {
-	for _, x := range xs {
-		if err := x.Err(); err != nil {
-			return err
-		}
-	}
-	if len(xs) > 0 {
-		if ev, ok := xs[0].b.(Evaluator); ok {
-			return ev.Eval(xs...)
-		}
-	}
-	return nil
-}
+func Eval(xs ...*Array) error { return evaluate(xs, false) }
 
 // AsyncEval starts computing lazily built arrays and returns without waiting
 // for them, so the caller can build the next piece of work meanwhile (a
 // decoder, the next token's forward pass); reading an array back waits for it.
 // On a backend that is not lazy it only returns the first error.
-func AsyncEval(xs ...*Array) error {
+func AsyncEval(xs ...*Array) error { return evaluate(xs, true) }
+
+func evaluate(xs []*Array, async bool) error {
 	for _, x := range xs {
 		if err := x.Err(); err != nil {
 			return err
 		}
 	}
-	if len(xs) > 0 {
-		if ev, ok := xs[0].b.(AsyncEvaluator); ok {
-			return ev.AsyncEval(xs...)
-		}
+	if len(xs) == 0 {
+		return nil
+	}
+	if ev, ok := xs[0].b.(AsyncEvaluator); ok && async {
+		return ev.AsyncEval(xs...)
+	}
+	if ev, ok := xs[0].b.(Evaluator); ok && !async {
+		return ev.Eval(xs...)
 	}
 	return nil
 }

@@ -114,27 +114,12 @@ func (be *Backend) Describe() string {
 }
 
 // Eval computes lazily built arrays now.
-func (be *Backend) Eval(xs ...*mx.Array) error {
-	var err error
-	be.w.do(func() {
-		be.drain()
-		cs := make([]C.mlxc_array, len(xs))
-		for i, x := range xs {
-			if cs[i], err = arg(x); err != nil {
-				return
-			}
-		}
-		v := C.mlxc_vector_array_new_data(ptr(cs), C.size_t(len(cs)))
-		defer C.mlxc_vector_array_free(v)
-		if C.mlxc_eval(v) != 0 {
-			err = lastError("eval")
-		}
-	})
-	return err
-}
+func (be *Backend) Eval(xs ...*mx.Array) error { return be.eval(xs, false) }
 
 // AsyncEval starts computing xs and returns without waiting: mx.AsyncEval.
-func (be *Backend) AsyncEval(xs ...*mx.Array) error {
+func (be *Backend) AsyncEval(xs ...*mx.Array) error { return be.eval(xs, true) }
+
+func (be *Backend) eval(xs []*mx.Array, async bool) error {
 	var err error
 	be.w.do(func() {
 		be.drain()
@@ -146,8 +131,11 @@ func (be *Backend) AsyncEval(xs ...*mx.Array) error {
 		}
 		v := C.mlxc_vector_array_new_data(ptr(cs), C.size_t(len(cs)))
 		defer C.mlxc_vector_array_free(v)
-		if C.mlxc_async_eval(v) != 0 {
+		switch {
+		case async && C.mlxc_async_eval(v) != 0:
 			err = lastError("async eval")
+		case !async && C.mlxc_eval(v) != 0:
+			err = lastError("eval")
 		}
 	})
 	return err
