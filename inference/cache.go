@@ -26,6 +26,14 @@ import (
 // A multi-token prefill joins everything into the frozen part and runs the fused
 // causal attention kernel.
 //
+// On a lazy backend (MLX) an exact cache is laid out as mlx-lm lays out its own
+// instead: one buffer per layer for keys and one for values, (B, Hkv, capacity,
+// D), grown 256 positions at a time, a step's keys and values written in with
+// slice_update and attention run by the fused kernel over the positions held.
+// MLX updates such a buffer in place once nothing else holds it, so the cache
+// frees its old buffer and views as soon as the step's graph is built: a decode
+// step is then five ops per layer, where the two-part layout takes about fifteen.
+//
 // With CacheOptions.Bits the frozen part is kept quantized instead, per position and
 // head (MLX's affine format along the head dimension, as mlx-lm's --kv-bits keeps
 // its cache), and a decode step multiplies the query straight into the packed keys
@@ -77,6 +85,12 @@ type LayerCache struct {
 	qk, qv *packed
 	opts   CacheOptions
 
+	// slotted: the layout of a lazy backend's exact cache. bk, bv are keys
+	// and values (B, Hkv, capacity, D), of which the first n positions hold.
+	slotted bool
+	bk, bv  *mx.Array
+	n       int
+
 	hook AttentionHook // takes part in this layer's attention (hook.go); kept by Trim and Reset
 }
 
@@ -85,7 +99,21 @@ type LayerCache struct {
 type packed struct{ w, s, b *mx.Array }
 
 // NewCache returns an empty cache for m.
-func NewCache(m *Model) *Cache { return &Cache{layers: make([]LayerCache, len(m.layers))} }
+func NewCache(m *Model) *Cache {
+	c := &Cache{layers: make([]LayerCache, len(m.layers))}
+	_, lazy := m.b.(mx.AsyncEvaluator)
+	for i := range c.layers {
+		c.layers[i].slotted = lazy || slotsAlways
+	}
+	return c
+}
+
+// slotsAlways gives every exact cache the slotted layout (tests: the layout's
+// bookkeeping on the cpu backend).
+var slotsAlways bool
+
+// slotStep is how many positions a slotted buffer grows by, mlx-lm's step.
+const slotStep = 256
 
 // NewCacheWith returns an empty cache for m that stores keys and values as o says.
 func NewCacheWith(m *Model, o CacheOptions) (*Cache, error) {
@@ -96,6 +124,7 @@ func NewCacheWith(m *Model, o CacheOptions) (*Cache, error) {
 	c.opts = o.withDefaults()
 	for i := range c.layers {
 		c.layers[i].opts = c.opts
+		c.layers[i].slotted = c.layers[i].slotted && c.opts.Bits == 0
 	}
 	return c, nil
 }
@@ -124,7 +153,7 @@ func (c *Cache) Bytes() int64 {
 	var n int64
 	for i := range c.layers {
 		l := &c.layers[i]
-		parts := []*mx.Array{l.kt, l.v, l.tk, l.tv}
+		parts := []*mx.Array{l.kt, l.v, l.tk, l.tv, l.bk, l.bv}
 		for _, p := range []*packed{l.qk, l.qv} {
 			if p != nil {
 				parts = append(parts, p.w, p.s, p.b)
@@ -171,6 +200,9 @@ func (l *LayerCache) Len() int {
 	if l == nil {
 		return 0
 	}
+	if l.slotted {
+		return l.n
+	}
 	return l.frozen() + seqLen(l.tk)
 }
 
@@ -183,6 +215,13 @@ func (l *LayerCache) frozen() int {
 }
 
 func (l *LayerCache) trim(n int) {
+	if l.slotted {
+		l.n = max(0, min(l.n, n))
+		if l.n == 0 {
+			l.bk, l.bv = nil, nil
+		}
+		return
+	}
 	s0, s1 := l.frozen(), seqLen(l.tk)
 	switch {
 	case n >= s0+s1:
@@ -256,6 +295,9 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	if e := firstErr(q, k, v); e != nil {
 		return e
 	}
+	if l.slotted {
+		return l.attendSlots(q, k, v, scale)
+	}
 	if q.Dim(2) > 1 || l.Len() == 0 {
 		// Prefill: one frozen part, the fused kernel.
 		old, oldV := transposeKeys(l.kt), l.v
@@ -304,6 +346,45 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 		}
 	}
 	return o
+}
+
+// attendSlots is attend for the slotted layout: k and v written after the
+// positions held (into a new, larger buffer when they do not fit), then
+// causal attention of q over all of them.
+func (l *LayerCache) attendSlots(q, k, v *mx.Array, scale float32) *mx.Array {
+	n, add := l.n, k.Dim(2)
+	var bk, bv *mx.Array
+	if l.bk != nil && n+add <= l.bk.Dim(2) {
+		at := []int{0, 0, n, 0}
+		bk, bv = mx.SliceUpdate(l.bk, k, at, nil), mx.SliceUpdate(l.bv, v, at, nil)
+	} else {
+		capacity := (n + add + slotStep - 1) / slotStep * slotStep
+		grow := func(old, x *mx.Array) *mx.Array {
+			sh := x.Shape()
+			sh[2] = capacity - n - add
+			parts := []*mx.Array{x, mx.Full(x.Backend(), sh, 0, x.DType())}
+			if n > 0 {
+				parts = append([]*mx.Array{mx.SliceAxis(old, 2, 0, n)}, parts...)
+			}
+			return mx.Concatenate(parts, 2)
+		}
+		bk, bv = grow(l.bk, k), grow(l.bv, v)
+	}
+	if e := firstErr(bk, bv); e != nil {
+		return e // the cache is left as it was
+	}
+	keys, vals := mx.SliceAxis(bk, 2, 0, n+add), mx.SliceAxis(bv, 2, 0, n+add)
+	out := mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
+	// The step's graph holds what it reads; without the old buffers' and the
+	// views' handles, MLX can write the next step into this buffer in place.
+	mx.Free(l.bk, l.bv)
+	for _, view := range []*mx.Array{keys, vals} {
+		if view.Handle() != bk.Handle() && view.Handle() != bv.Handle() {
+			mx.Free(view)
+		}
+	}
+	l.bk, l.bv, l.n = bk, bv, n+add
+	return out
 }
 
 // freeze quantizes keys and values (B, Hkv, L, D) onto the end of the frozen part

@@ -248,6 +248,22 @@ func evaluate(xs []*Array, async bool) error {
 	return nil
 }
 
+// Free releases the arrays now where the backend can (Freer), instead of when
+// the garbage collector finds them: none of xs may be used again, nor any array
+// that shares its handle. Arrays computed from them keep what they read. On MLX
+// this lets an op update a buffer in place: slice_update reuses its input's
+// memory only when nothing else holds it. Elsewhere it does nothing.
+func Free(xs ...*Array) {
+	for _, x := range xs {
+		if x == nil || x.err != nil {
+			continue
+		}
+		if f, ok := x.b.(Freer); ok {
+			f.Free(x)
+		}
+	}
+}
+
 // readback copies an array out as []T after checking its dtype with ok.
 func readback[T any](a *Array, name string, ok bool) ([]T, error) {
 	if err := a.Err(); err != nil {

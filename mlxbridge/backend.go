@@ -181,6 +181,9 @@ type (
 	MemoryReporter interface{ Memory() (active, peak int64) }
 	// PeakResetter restarts the backend's peak from what it holds now.
 	PeakResetter interface{ ResetPeakMemory() }
+	// Freer releases an array's memory before the garbage collector finds
+	// it unreachable (MLX, whose arrays live outside the Go heap).
+	Freer interface{ Free(x *Array) }
 	// CacheClearer gives memory kept for reuse back to the system.
 	CacheClearer interface{ ClearCache() error }
 	// Runner is implemented by backends that issue every op from one thread
