@@ -387,3 +387,27 @@ func BenchmarkGenerateMLX(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPrefillMLX is a 500-token prefill of the bundled demo model on the
+// mlx backend (skipped where libmlxc does not load), best of b.N: to compare
+// with mlx-lm's model(prompt, cache) and eval on the same MLX build.
+func BenchmarkPrefillMLX(b *testing.B) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		b.Skipf("mlx backend: %v", err)
+	}
+	m, err := Load("../resources/demo", be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt := tokenSeq(500, m.cfg.VocabSize, 1)
+	best := time.Duration(math.MaxInt64)
+	for range b.N {
+		start := time.Now()
+		if _, _, err := NewSession(m).Prefill(prompt); err != nil {
+			b.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+	}
+	b.ReportMetric(500/best.Seconds(), "tok/s")
+}
