@@ -23,8 +23,12 @@ func init() {
 // Backend is the cpu backend. Its arrays are immutable contiguous row-major buffers.
 type Backend struct{}
 
-// New returns a cpu backend; most code uses mlxbridge.Open("cpu") instead.
-func New() *Backend { return &Backend{} }
+// New returns a cpu backend; most code uses mlxbridge.Open("cpu") instead. The
+// first call starts the Go heap's pacer (pace.go).
+func New() *Backend {
+	startPacing()
+	return &Backend{}
+}
 
 func (*Backend) Name() string { return "cpu" }
 
