@@ -348,14 +348,7 @@ func BenchmarkDecodeMLX(b *testing.B) {
 //
 //	MLXC_LIB=… go test ./inference -run '^$' -bench GenerateMLX -benchtime 5x
 func BenchmarkGenerateMLX(b *testing.B) {
-	be, err := mx.Open("mlx")
-	if err != nil {
-		b.Skipf("mlx backend: %v", err)
-	}
-	demo, err := Load("../resources/demo", be)
-	if err != nil {
-		b.Fatal(err)
-	}
+	demo, be := mlxDemo(b)
 	models := []struct {
 		name string
 		m    *Model
@@ -392,14 +385,7 @@ func BenchmarkGenerateMLX(b *testing.B) {
 // mlx backend (skipped where libmlxc does not load), best of b.N: to compare
 // with mlx-lm's model(prompt, cache) and eval on the same MLX build.
 func BenchmarkPrefillMLX(b *testing.B) {
-	be, err := mx.Open("mlx")
-	if err != nil {
-		b.Skipf("mlx backend: %v", err)
-	}
-	m, err := Load("../resources/demo", be)
-	if err != nil {
-		b.Fatal(err)
-	}
+	m, _ := mlxDemo(b)
 	prompt := tokenSeq(500, m.cfg.VocabSize, 1)
 	best := time.Duration(math.MaxInt64)
 	for range b.N {
@@ -410,4 +396,18 @@ func BenchmarkPrefillMLX(b *testing.B) {
 		best = min(best, time.Since(start))
 	}
 	b.ReportMetric(500/best.Seconds(), "tok/s")
+}
+
+// mlxDemo is the bundled demo model on the mlx backend; it skips b where
+// libmlxc does not load.
+func mlxDemo(b *testing.B) (*Model, mx.Backend) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		b.Skipf("mlx backend: %v", err)
+	}
+	m, err := Load("../resources/demo", be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, be
 }

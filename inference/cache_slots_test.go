@@ -1,7 +1,6 @@
 package inference
 
 import (
-	"fmt"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -74,7 +73,7 @@ func TestSlottedCacheMatchesTwoPart(t *testing.T) {
 // test of Bytes, which counts positions held: a slotted cache holds, and
 // reports, its buffers' whole capacity).
 func TestSlottedCacheSessions(t *testing.T) {
-	for name, f := range map[string]func(*testing.T){
+	runWith(t, withSlots, map[string]func(*testing.T){
 		"incremental decode": TestIncrementalDecodeMatchesFullForward,
 		"trim then continue": TestTrimThenContinue,
 		"prefix reuse":       TestSessionPrefixReuse,
@@ -83,9 +82,7 @@ func TestSlottedCacheSessions(t *testing.T) {
 		"generate stops":     TestGenerateStops,
 		"generate queued":    TestGenerateQueuedMatchesPlain,
 		"adapters change":    TestGenerateWhileAdaptersChange,
-	} {
-		t.Run(fmt.Sprint(name), func(t *testing.T) { withSlots(t, f) })
-	}
+	})
 }
 
 // On MLX (where libmlxc loads) a session's cache is slotted, and decoding

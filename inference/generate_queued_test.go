@@ -21,14 +21,20 @@ func withQueue(t *testing.T, f func(t *testing.T)) {
 // forwards', every stop, a second turn's reuse, log-probabilities, and
 // adapters changing while replies stream.
 func TestGenerateQueued(t *testing.T) {
-	for name, f := range map[string]func(*testing.T){
+	runWith(t, withQueue, map[string]func(*testing.T){
 		"greedy":         TestGenerateGreedyMatchesArgmax,
 		"stops":          TestGenerateStops,
 		"second turn":    TestGenerateSecondTurnReuses,
 		"log prob":       TestGenerateLogProb,
 		"adapter change": TestGenerateWhileAdaptersChange,
-	} {
-		t.Run(name, func(t *testing.T) { withQueue(t, f) })
+	})
+}
+
+// runWith runs other tests of the package as subtests, each inside with (a
+// mode switched on for its duration).
+func runWith(t *testing.T, with func(*testing.T, func(*testing.T)), tests map[string]func(*testing.T)) {
+	for name, f := range tests {
+		t.Run(name, func(t *testing.T) { with(t, f) })
 	}
 }
 
