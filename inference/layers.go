@@ -141,11 +141,10 @@ func (r *Rope) Apply(x *mx.Array, offset int) *mx.Array {
 // splitHeads turns (B, L, H·D) into (B, H, L, D). A single position needs no
 // transpose: (B, 1, H, D) and (B, H, 1, D) lay out the same bytes.
 func splitHeads(x *mx.Array, b, l, h, d int) *mx.Array {
-	x = mx.Reshape(x, b, l, h, d)
-	if l == 1 {
+	if l == 1 { // (B, 1, H·D) is (B, H, 1, D) in memory: one reshape
 		return mx.Reshape(x, b, h, 1, d)
 	}
-	return mx.Transpose(x, 0, 2, 1, 3)
+	return mx.Transpose(mx.Reshape(x, b, l, h, d), 0, 2, 1, 3)
 }
 
 // mergeHeads is splitHeads' inverse: (B, H, L, D) to (B, L, H·D).
