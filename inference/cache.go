@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -42,6 +43,12 @@ import (
 type Cache struct {
 	layers []LayerCache
 	opts   CacheOptions
+
+	// keepAt > 0 keeps the hidden states entering block keepAt, (B, S,
+	// hidden), for every position held: what a session of the same model with
+	// other adapters from that block on starts from (Session.SeedFrom).
+	keepAt int
+	kept   *mx.Array
 }
 
 // CacheOptions choose how a Cache stores keys and values.
@@ -90,6 +97,9 @@ type LayerCache struct {
 	slotted bool
 	bk, bv  *mx.Array
 	n       int
+	// shared: another cache holds bk and bv too (Session.SeedFrom), so they
+	// are not freed when replaced.
+	shared bool
 
 	hook AttentionHook // takes part in this layer's attention (hook.go); kept by Trim and Reset
 }
@@ -154,6 +164,9 @@ func (c *Cache) Bytes() int64 {
 	for i := range c.layers {
 		l := &c.layers[i]
 		parts := []*mx.Array{l.kt, l.v, l.tk, l.tv, l.bk, l.bv}
+		if i == 0 && c.kept != nil {
+			parts = append(parts, c.kept)
+		}
 		for _, p := range []*packed{l.qk, l.qv} {
 			if p != nil {
 				parts = append(parts, p.w, p.s, p.b)
@@ -176,6 +189,35 @@ func (c *Cache) Trim(n int) {
 	for i := range c.layers {
 		c.layers[i].trim(n)
 	}
+	switch {
+	case c.kept == nil || n >= c.kept.Dim(1):
+	case n <= 0:
+		c.kept = nil
+	default:
+		c.kept = mx.SliceAxis(c.kept, 1, 0, n)
+	}
+}
+
+// KeepHidden makes the cache keep, from now on, the hidden states entering
+// block k for every position it holds (hidden × 4 bytes a position in
+// float32), so that a session of the same model whose adapters differ only
+// from block k on can start from them instead of running every block again
+// (Session.SeedFrom): test-time training's temporary adapter sits on the last
+// blocks. The cache must be empty; k = 0 stops keeping them.
+func (c *Cache) KeepHidden(k int) error {
+	if k < 0 || k >= len(c.layers) {
+		return fmt.Errorf("inference: keep the input of block %d of %d", k, len(c.layers))
+	}
+	if c.Len() > 0 {
+		return errors.New("inference: keep hidden states: the cache is not empty")
+	}
+	c.keepAt, c.kept = k, nil
+	return nil
+}
+
+// keep appends h (B, L, hidden), the input of block keepAt, to the kept states.
+func (c *Cache) keep(h *mx.Array) {
+	c.kept = cat(1, c.kept, h)
 }
 
 // Reset empties the cache.
@@ -377,7 +419,10 @@ func (l *LayerCache) attendSlots(q, k, v *mx.Array, scale float32) *mx.Array {
 	out := mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
 	// The step's graph holds what it reads; without the old buffers' and the
 	// views' handles, MLX can write the next step into this buffer in place.
-	mx.Free(l.bk, l.bv)
+	if !l.shared {
+		mx.Free(l.bk, l.bv)
+	}
+	l.shared = false
 	for _, view := range []*mx.Array{keys, vals} {
 		if view.Handle() != bk.Handle() && view.Handle() != bv.Handle() {
 			mx.Free(view)

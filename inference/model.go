@@ -329,6 +329,9 @@ func (m *Model) hiddenWith(tokens *mx.Array, cache *Cache, checkpoint bool) *mx.
 			h = mx.Checkpoint(func(x *mx.Array) *mx.Array { return blk.Forward(x, nil) }, h)
 			continue
 		}
+		if cache != nil && cache.keepAt == i && i > 0 {
+			cache.keep(h)
+		}
 		h = blk.Forward(h, cache.layer(i))
 	}
 	if h.Err() != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -163,4 +164,102 @@ func commonPrefix(a, b []int) int {
 		n++
 	}
 	return n
+}
+
+// SeedFrom makes the empty session s hold what src holds, computing only
+// blocks k and up: src's cache must keep the hidden states entering block k
+// (Cache.KeepHidden), and s's model must compute what src's does below block
+// k, the same weights and adapters there (s's a fork of src's with an adapter
+// on the last blocks, as test-time training makes). Keys and values of the
+// blocks below k are shared with src, and the rest come from its kept hidden
+// states through s's own blocks, so s then holds what a prefill of src's
+// tokens would have given it, at the cost of the blocks from k. s keeps
+// hidden states at k too. It returns the positions seeded.
+func (s *Session) SeedFrom(src *Session, k int) (int, error) {
+	if s.cache.Len() > 0 {
+		return 0, errors.New("inference: seed: the session is not empty")
+	}
+	if src.cache.keepAt != k || k <= 0 {
+		return 0, fmt.Errorf("inference: seed from block %d: the source keeps the input of block %d", k, src.cache.keepAt)
+	}
+	if len(s.cache.layers) != len(src.cache.layers) || s.cache.opts != src.cache.opts {
+		return 0, errors.New("inference: seed: the caches are laid out differently")
+	}
+	n := src.cache.Len()
+	if n == 0 || src.cache.kept == nil || src.cache.kept.Dim(1) != n {
+		return 0, errors.New("inference: seed: the source holds no hidden states to start from")
+	}
+	s.m.ad.mu.RLock()
+	defer s.m.ad.mu.RUnlock()
+	if src.m != s.m {
+		src.m.ad.mu.RLock()
+		defer src.m.ad.mu.RUnlock()
+	}
+	if src.version != src.m.AdapterVersion() {
+		return 0, errors.New("inference: seed: the source's cache predates its model's adapters")
+	}
+	if !sameBelow(src.m, s.m, k) {
+		return 0, fmt.Errorf("inference: seed: the models differ below block %d", k)
+	}
+	s.version = s.m.AdapterVersion()
+	for i := range k {
+		src.cache.layers[i].shared = true
+		l := src.cache.layers[i]
+		l.hook = s.cache.layers[i].hook
+		s.cache.layers[i] = l
+	}
+	s.cache.keepAt, s.cache.kept = k, src.cache.kept
+	var err error
+	mx.Run(s.m.b, func() {
+		for start := 0; start < n && err == nil; start += prefillChunk {
+			h := mx.SliceAxis(src.cache.kept, 1, start, min(start+prefillChunk, n))
+			for i := k; i < len(s.m.layers) && h.Err() == nil; i++ {
+				h = s.m.layers[i].Forward(h, s.cache.layer(i))
+			}
+			err = mx.Eval(h)
+		}
+	})
+	if err != nil {
+		s.Reset()
+		return 0, fmt.Errorf("inference: seed: %w", err)
+	}
+	s.tokens = slices.Clone(src.tokens)
+	return n, nil
+}
+
+// sameBelow reports whether a and b compute the same below block k: the same
+// embedding and block weights there, and the same adapters on them.
+func sameBelow(a, b *Model, k int) bool {
+	if a == b {
+		return true
+	}
+	below := func(name string) bool {
+		var i int
+		if _, err := fmt.Sscanf(name, "model.layers.%d.", &i); err == nil {
+			return i < k
+		}
+		return strings.HasPrefix(name, "model.embed_tokens")
+	}
+	pa, pb := a.Params(), b.Params()
+	for name, x := range pa {
+		if below(name) && pb[name] != x {
+			return false
+		}
+	}
+	adapters := func(m *Model) map[string][]*LoRA {
+		out := map[string][]*LoRA{}
+		m.Linears(func(path string, l *Linear) {
+			if below(path + ".") {
+				out[path] = l.adapters
+			}
+		})
+		return out
+	}
+	aa, ab := adapters(a), adapters(b)
+	for path, la := range aa {
+		if !slices.Equal(la, ab[path]) {
+			return false
+		}
+	}
+	return len(aa) == len(ab)
 }
