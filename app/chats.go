@@ -148,6 +148,13 @@ func (w *Workspace) StartChat(ctx context.Context, spec ChatSpec) (*ChatSession,
 	if err != nil {
 		return nil, err
 	}
+	if spec.TTT != nil && !spec.Raw {
+		if k := spec.TTT.FirstBlock(m.Blocks()); k > 0 {
+			if err := sess.Cache().KeepHidden(k); err != nil {
+				return nil, err
+			}
+		}
+	}
 	id := spec.Resume
 	if id == 0 {
 		if id, err = w.Store.CreateChat(ctx, store.Chat{Title: title, Model: info.Name}); err != nil {
@@ -216,7 +223,7 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 	var err error
 	sess, done := c.sess, func() error { return nil }
 	if c.ttt != nil && !c.raw {
-		if sess, done, turn.TTT, err = c.testTimeTrain(ctx, text); err != nil {
+		if sess, done, turn.TTT, err = c.testTimeTrain(ctx, text, ids); err != nil {
 			return turn, err
 		}
 	}
@@ -248,8 +255,8 @@ func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)
 
 // testTimeTrain adapts a fork of the chat's model on the user's message and
 // returns a session of it for this reply, and the function that throws the
-// temporary adapter away.
-func (c *ChatSession) testTimeTrain(ctx context.Context, text string) (*inference.Session, func() error, *ttt.Result, error) {
+// temporary adapter away. prompt is the turn's prompt (nil in a raw chat).
+func (c *ChatSession) testTimeTrain(ctx context.Context, text string, prompt []int) (*inference.Session, func() error, *ttt.Result, error) {
 	toks, err := c.rep.Tokenizer.Encode(text, false)
 	if err != nil {
 		return nil, nil, nil, err
@@ -269,7 +276,34 @@ func (c *ChatSession) testTimeTrain(ctx context.Context, text string) (*inferenc
 		applied.Done()
 		return nil, nil, nil, err
 	}
+	c.seed(sess, prompt)
 	return sess, applied.Done, &res, nil
+}
+
+// seedTTT turns seed off (tests: the reply it gives is the unseeded one's).
+var seedTTT = true
+
+// seed starts the session of the adapted fork from the chat's own: the fork
+// differs from the chat's model only in the blocks the temporary adapter
+// covers, so the chat's session is brought up to the prompt (what a turn
+// without test-time training computes: only what it does not hold yet) and
+// the fork's starts from the hidden states it keeps, running just the
+// adapted blocks over the conversation. Without it the fork would run every
+// block over the whole conversation on every turn. On any failure the fork's
+// session is left empty, and its prefill computes everything. A chat with
+// δ-mem is not seeded: its memory reads the chat's session as it runs, and a
+// turn with test-time training has never run it.
+func (c *ChatSession) seed(sess *inference.Session, prompt []int) {
+	k := c.ttt.FirstBlock(c.model.Blocks())
+	if !seedTTT || k == 0 || len(prompt) < 2 || c.memory != nil {
+		return
+	}
+	if _, _, err := c.sess.Prefill(prompt[:len(prompt)-1]); err != nil {
+		return
+	}
+	if _, err := sess.SeedFrom(c.sess, k); err != nil {
+		sess.Reset()
+	}
 }
 
 // recordTTT stores a test-time training step as an adaptation event.

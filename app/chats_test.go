@@ -289,3 +289,41 @@ func TestChatQuantizedKV(t *testing.T) {
 		t.Errorf("a 4-bit chat with test-time training: reply %q, training %+v", turn.Text, turn.TTT)
 	}
 }
+
+// With test-time training on the last blocks only, a turn's adapted session
+// starts from the hidden states the chat's own session keeps: its prefill
+// reuses the conversation, and the reply is the one an unseeded session gives.
+func TestChatTestTimeTrainingSeeds(t *testing.T) {
+	ctx := context.Background()
+	run := func(seeded bool) []Turn {
+		seedTTT = seeded
+		defer func() { seedTTT = true }()
+		w := openTestWorkspace(t, t.TempDir())
+		defer w.Close()
+		c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 12, Sampling: inference.SampleOptions{Temperature: 0}, TTT: &ttt.Options{Steps: 1, Layers: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var turns []Turn
+		for _, msg := range []string{"The lighthouse keeper of Varnholm island counts ships every night.", "She writes their names in a green book.", "What does she write?"} {
+			turn, err := c.Send(ctx, msg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			turns = append(turns, turn)
+		}
+		return turns
+	}
+	seeded, plain := run(true), run(false)
+	for i := range seeded {
+		if seeded[i].Text != plain[i].Text {
+			t.Errorf("turn %d: seeded reply %q, unseeded %q", i, seeded[i].Text, plain[i].Text)
+		}
+		if plain[i].Stats.ReusedTokens != 0 {
+			t.Errorf("turn %d: an unseeded adapted session reused %d tokens", i, plain[i].Stats.ReusedTokens)
+		}
+		if want := seeded[i].Stats.PromptTokens - 1; seeded[i].Stats.ReusedTokens != want {
+			t.Errorf("turn %d: the seeded session reused %d of %d prompt tokens, want %d", i, seeded[i].Stats.ReusedTokens, seeded[i].Stats.PromptTokens, want)
+		}
+	}
+}

@@ -99,6 +99,22 @@ func (o Options) withDefaults(m *inference.Model) Options {
 	return o
 }
 
+// FirstBlock is the first of a model's blocks (of blocks) the temporary
+// adapter covers; 0 when it covers them all. Below it, a model adapted by
+// Adapt computes what the model it was given does, so a session of the
+// adapted fork can start from the hidden states the model's own session
+// kept there (inference.Session.SeedFrom).
+func (o Options) FirstBlock(blocks int) int {
+	l := o.Layers
+	if l == 0 {
+		l = DefaultLayers
+	}
+	if l < 0 || l >= blocks {
+		return 0
+	}
+	return blocks - l
+}
+
 func (o Options) validate() error {
 	switch {
 	case o.Steps < 0:

@@ -354,3 +354,11 @@ func TestPieces(t *testing.T) {
 		})
 	}
 }
+
+func TestFirstBlock(t *testing.T) {
+	for _, c := range []struct{ layers, blocks, want int }{{0, 28, 28 - DefaultLayers}, {2, 28, 26}, {-1, 28, 0}, {4, 4, 0}, {6, 4, 0}, {0, 4, 0}} {
+		if got := (Options{Layers: c.layers}).FirstBlock(c.blocks); got != c.want {
+			t.Errorf("Layers %d of %d blocks: first block %d, want %d", c.layers, c.blocks, got, c.want)
+		}
+	}
+}
