@@ -411,3 +411,74 @@ func mlxDemo(b *testing.B) (*Model, mx.Backend) {
 	}
 	return m, be
 }
+
+// BenchmarkSeedFrom is what a chat turn with test-time training costs before
+// its reply: the adapted fork's session holding a conversation of ctx tokens,
+// of which the chat's own session held all but the last 100, on a
+// random-weight model with Qwen3-0.6B's config at 4 bits, the temporary
+// adapter on its last 4 blocks. "prefill": the fork's session computes
+// everything (every block over the whole conversation); "seeded": the chat's
+// session computes its 100 new tokens and the fork's starts from its kept
+// hidden states (SeedFrom), then prefills the last token.
+//
+//	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE go test ./inference -run '^$' -bench SeedFrom -benchtime 2x -timeout 30m
+func BenchmarkSeedFrom(b *testing.B) {
+	be, err := mx.Open("cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := Qwen3_0_6B()
+	c.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 64, Bits: 4}}
+	m := NewRandom(c, 1, be)
+	k := m.Blocks() - 4
+	fork := m.Fork()
+	loras := map[string]LoRA{}
+	m.Linears(func(path string, l *Linear) {
+		var i int
+		if _, err := fmt.Sscanf(path, "model.layers.%d.", &i); err == nil && i >= k {
+			loras[path] = LoRA{A: mx.Full(be, []int{l.In, 8}, 0.01, mx.Float32), B: mx.Full(be, []int{8, l.Out}, 0.01, mx.Float32), Scale: 1}
+		}
+	})
+	if _, err := fork.PushAdapter(NewAdapter("ttt", loras)); err != nil {
+		b.Fatal(err)
+	}
+	for _, ctx := range []int{1000, 2000} {
+		ids := tokenSeq(ctx, c.VocabSize, 3)
+		b.Run(fmt.Sprintf("ctx=%d/prefill", ctx), func(b *testing.B) {
+			best := time.Duration(math.MaxInt64)
+			for range b.N {
+				start := time.Now()
+				if _, _, err := NewSession(fork).Prefill(ids); err != nil {
+					b.Fatal(err)
+				}
+				best = min(best, time.Since(start))
+			}
+			b.ReportMetric(best.Seconds()*1e3, "ms")
+		})
+		b.Run(fmt.Sprintf("ctx=%d/seeded", ctx), func(b *testing.B) {
+			best := time.Duration(math.MaxInt64)
+			for range b.N {
+				own := NewSession(m)
+				if err := own.Cache().KeepHidden(k); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := own.Prefill(ids[:ctx-100]); err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if _, _, err := own.Prefill(ids[:ctx-1]); err != nil {
+					b.Fatal(err)
+				}
+				s := NewSession(fork)
+				if _, err := s.SeedFrom(own, k); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := s.Prefill(ids); err != nil {
+					b.Fatal(err)
+				}
+				best = min(best, time.Since(start))
+			}
+			b.ReportMetric(best.Seconds()*1e3, "ms")
+		})
+	}
+}
