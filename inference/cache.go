@@ -164,9 +164,6 @@ func (c *Cache) Bytes() int64 {
 	for i := range c.layers {
 		l := &c.layers[i]
 		parts := []*mx.Array{l.kt, l.v, l.tk, l.tv, l.bk, l.bv}
-		if i == 0 && c.kept != nil {
-			parts = append(parts, c.kept)
-		}
 		for _, p := range []*packed{l.qk, l.qv} {
 			if p != nil {
 				parts = append(parts, p.w, p.s, p.b)
@@ -177,6 +174,9 @@ func (c *Cache) Bytes() int64 {
 				n += a.Nbytes()
 			}
 		}
+	}
+	if c.kept != nil {
+		n += c.kept.Nbytes()
 	}
 	return n
 }

@@ -224,6 +224,7 @@ func generateQueued(ctx context.Context, sess *Session, logits *mx.Array, sample
 		st.DecodeTime = time.Since(decodeStart)
 		st.DecodeTPS = rate(steps, st.DecodeTime)
 	}
+	drop := func() { sess.cache.Trim(len(sess.tokens)) } // a queued step's keys and values
 	for {
 		// The step after tok, queued unless it cannot be needed.
 		var next, nextLP *mx.Array
@@ -234,7 +235,6 @@ func generateQueued(ctx context.Context, sess *Session, logits *mx.Array, sample
 				return err
 			}
 		}
-		drop := func() { sess.cache.Trim(len(sess.tokens)) } // the queued step's keys and values
 		ids, err := tok.Int32s()
 		if err != nil {
 			drop()

@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -17,13 +18,9 @@ import (
 // (MLX sums in the gradients' own dtype). maxNorm ≤ 0 turns
 // clipping off and only measures. Errors ride in the arrays, as in mlxbridge.
 func ClipGlobalNorm(grads map[string]*mx.Array, maxNorm float32) (map[string]*mx.Array, *mx.Array) {
-	names := Names(grads)
+	names, xs := Flatten(grads)
 	if len(names) == 0 {
 		return map[string]*mx.Array{}, mx.Scalar(0)
-	}
-	xs := make([]*mx.Array, len(names))
-	for i, n := range names {
-		xs[i] = grads[n]
 	}
 	norm := mx.GlobalNorm(xs[0].Backend(), xs...)
 	out := make(map[string]*mx.Array, len(names))
@@ -53,14 +50,10 @@ func ClipGlobalNorm(grads map[string]*mx.Array, maxNorm float32) (map[string]*mx
 // a caller that reads the norm anyway (a training step that logs it); an error in
 // any gradient is returned.
 func ClipGlobalNormRead(grads map[string]*mx.Array, maxNorm float32) (map[string]*mx.Array, float32, error) {
-	names := Names(grads)
-	out := make(map[string]*mx.Array, len(names))
+	names, xs := Flatten(grads)
+	out := maps.Clone(grads)
 	if len(names) == 0 {
-		return out, 0, nil
-	}
-	xs := make([]*mx.Array, len(names))
-	for i, n := range names {
-		xs[i], out[n] = grads[n], grads[n]
+		return map[string]*mx.Array{}, 0, nil
 	}
 	norm, err := mx.GlobalNorm(xs[0].Backend(), xs...).Item()
 	if err != nil {

@@ -121,7 +121,6 @@ func scalar(x *mx.Array, v float64) *mx.Array {
 }
 
 func mulScalar(x *mx.Array, v float64) *mx.Array { return mx.Mul(x, scalar(x, v)) }
-func divScalar(x *mx.Array, v float64) *mx.Array { return mx.Div(x, scalar(x, v)) }
 func addScalar(x *mx.Array, v float64) *mx.Array { return mx.Add(x, scalar(x, v)) }
 
 // evalNamed evaluates every array of the groups in one go (one graph evaluation

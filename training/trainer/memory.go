@@ -2,13 +2,13 @@ package trainer
 
 import (
 	"fmt"
-
-	"github.com/inloop/inloop/inference"
-	mx "github.com/inloop/inloop/mlxbridge"
 	"math"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/inloop/inloop/inference"
+	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // Estimate is what a run is expected to hold in memory at its peak.

@@ -260,10 +260,7 @@ func (s *Stepper) gradient(names []string, xs []*mx.Array, params map[string]*mx
 // finite evaluates the arrays and wraps ErrNonFinite naming those that are not
 // finite.
 func finite(named map[string]*mx.Array, what string, step int) error {
-	xs := make([]*mx.Array, 0, len(named))
-	for _, n := range optim.Names(named) {
-		xs = append(xs, named[n])
-	}
+	_, xs := optim.Flatten(named)
 	if err := mx.Eval(xs...); err != nil {
 		return fmt.Errorf("trainer: step %d: %w", step, err)
 	}
