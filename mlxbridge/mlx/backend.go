@@ -165,4 +165,8 @@ var (
 	_ mx.MemoryReporter    = (*Backend)(nil)
 	_ mx.CacheClearer      = (*Backend)(nil)
 	_ mx.Runner            = (*Backend)(nil)
+	_ mx.AsyncEvaluator    = (*Backend)(nil)
+	_ mx.Freer             = (*Backend)(nil)
+	_ mx.Sorter            = (*Backend)(nil)
+	_ mx.CumSummer         = (*Backend)(nil)
 )
