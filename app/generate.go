@@ -53,12 +53,16 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	return g
 }
 
-// checkKV refuses KV cache flags the cache cannot take, before a model loads.
-func (g *genFlags) checkKV() error {
+// check refuses flags a reply cannot take (the KV cache's, the sampling's, a
+// negative --max-tokens) before a model loads.
+func (g *genFlags) check() error {
 	if err := g.kv.Validate(); err != nil {
 		return fmt.Errorf("--kv-bits %d, --kv-group-size %d: %w", g.kv.Bits, g.kv.GroupSize, err)
 	}
-	return nil
+	if g.maxTokens < 0 {
+		return fmt.Errorf("--max-tokens %d, want ≥ 0 (0: until a stop token or the context is full)", g.maxTokens)
+	}
+	return g.sampling().Validate()
 }
 
 // sampling is the flags' sampling settings.
@@ -100,7 +104,7 @@ func loadRunner(ctx context.Context, w *Workspace, g *genFlags, stderr io.Writer
 		fmt.Fprintln(stderr, "warning: the model has no chat template; using ChatML")
 	}
 	r := &runner{model: m, rep: rep, raw: g.raw, opts: inference.ReplyOptions{MaxTokens: g.maxTokens, AddSpecialTokens: g.raw, Sampling: g.sampling()}}
-	return r, r.opts.Sampling.Validate()
+	return r, nil
 }
 
 // reply answers the conversation (or, raw, continues its last message's text)
@@ -133,7 +137,7 @@ func generate(e *env, args []string) error {
 	if *text == "" {
 		return errors.New("--prompt is required")
 	}
-	if err := g.checkKV(); err != nil {
+	if err := g.check(); err != nil {
 		return err
 	}
 	w, err := g.ws.open(e.ctx)
@@ -175,7 +179,7 @@ func chatCmd(e *env, args []string) error {
 	if g.model == "" {
 		return errors.New("--model is required")
 	}
-	if err := g.checkKV(); err != nil {
+	if err := g.check(); err != nil {
 		return err
 	}
 	w, err := g.ws.open(e.ctx)

@@ -61,6 +61,14 @@ func TestGenerateCommand(t *testing.T) {
 	if code := Main([]string{"generate", "--model", dir, "--prompt", "x", "--temp", "-1"}, &out, &errb); code == 0 {
 		t.Errorf("a negative temperature was accepted")
 	}
+	// A negative --max-tokens is refused before anything runs: one message, no
+	// stats line of a reply that never started.
+	out.Reset()
+	errb.Reset()
+	if code := Main([]string{"generate", "--model", dir, "--prompt", "x", "--max-tokens", "-1"}, &out, &errb); code == 0 ||
+		!strings.Contains(errb.String(), "--max-tokens -1") || strings.Contains(errb.String(), "prompt tokens") {
+		t.Errorf("--max-tokens -1: exit %d, %q", code, errb.String())
+	}
 	if code := Main([]string{"generate", "--model", filepath.Join(dir, "nope"), "--prompt", "x"}, &out, &errb); code == 0 {
 		t.Errorf("a missing model folder was accepted")
 	}
