@@ -251,7 +251,7 @@ func fillCache(m *Model, c *Cache, n int) {
 			}
 			continue
 		}
-		c.layers[i] = LayerCache{kt: transposeKeys(k), v: v}
+		c.layers[i] = LayerCache{k: k, v: v}
 	}
 }
 

@@ -21,11 +21,10 @@ import (
 // once; the tail joins the frozen part once it reaches about √(2·S) positions, which
 // keeps the amortized copying per token at O(√S) positions.
 //
-// The frozen keys are stored transposed, (B, Hkv, D, S): a decode step's scores
-// q·kᵀ are then a plain product, which cblas runs 2–4× faster than one with a
-// transposed operand at these shapes (a few query rows against thousands of keys).
-// A multi-token prefill joins everything into the frozen part and runs the fused
-// causal attention kernel.
+// A decode step attends to both parts at once with mx.AttendParts, which the cpu
+// backend runs in one pass over the keys and values where they lie (composed, it
+// would join them first). A multi-token prefill joins everything into the frozen
+// part and runs the fused causal attention kernel.
 //
 // On a lazy backend (MLX) an exact cache is laid out as mlx-lm lays out its own
 // instead: one buffer per layer for keys and one for values, (B, Hkv, capacity,
@@ -85,9 +84,9 @@ func (o CacheOptions) Validate() error {
 
 // LayerCache is one layer's part of a Cache.
 type LayerCache struct {
-	kt, v  *mx.Array // frozen: keys (B, Hkv, D, S0) and values (B, Hkv, S0, D), nil when empty
+	k, v   *mx.Array // frozen: keys and values (B, Hkv, S0, D), nil when empty
 	tk, tv *mx.Array // tail: (B, Hkv, S1, D), nil when empty
-	// qk, qv replace kt and v in a quantized cache: keys and values (B, Hkv, S0, ·)
+	// qk, qv replace k and v in a quantized cache: keys and values (B, Hkv, S0, ·)
 	// packed, each head's positions one matrix.
 	qk, qv *packed
 	opts   CacheOptions
@@ -163,7 +162,7 @@ func (c *Cache) Bytes() int64 {
 	var n int64
 	for i := range c.layers {
 		l := &c.layers[i]
-		parts := []*mx.Array{l.kt, l.v, l.tk, l.tv, l.bk, l.bv}
+		parts := []*mx.Array{l.k, l.v, l.tk, l.tv, l.bk, l.bv}
 		for _, p := range []*packed{l.qk, l.qv} {
 			if p != nil {
 				parts = append(parts, p.w, p.s, p.b)
@@ -268,12 +267,12 @@ func (l *LayerCache) trim(n int) {
 	switch {
 	case n >= s0+s1:
 	case n <= 0:
-		l.kt, l.v, l.tk, l.tv, l.qk, l.qv = nil, nil, nil, nil, nil, nil
+		l.k, l.v, l.tk, l.tv, l.qk, l.qv = nil, nil, nil, nil, nil, nil
 	case n <= s0:
 		if l.qv != nil {
 			l.qk, l.qv = l.qk.slice(n), l.qv.slice(n)
 		} else {
-			l.kt, l.v = mx.SliceAxis(l.kt, 3, 0, n), mx.SliceAxis(l.v, 2, 0, n)
+			l.k, l.v = mx.SliceAxis(l.k, 2, 0, n), mx.SliceAxis(l.v, 2, 0, n)
 		}
 		l.tk, l.tv = nil, nil
 	default:
@@ -308,14 +307,6 @@ func cat(axis int, parts ...*mx.Array) *mx.Array {
 	return mx.Concatenate(xs, axis)
 }
 
-// transposeKeys swaps the last two axes: (B, H, S, D) ↔ (B, H, D, S).
-func transposeKeys(k *mx.Array) *mx.Array {
-	if k == nil {
-		return nil
-	}
-	return mx.Transpose(k, 0, 1, 3, 2)
-}
-
 // Attend appends k, v (B, Hkv, L, D) to the cache and returns causal attention of
 // q (B, Hq, L, D) over everything cached, (B, Hq, L, D). x (B, L, hidden) is the
 // layer's normalized input that q, k and v were projected from: the cache hands it,
@@ -342,7 +333,7 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	}
 	if q.Dim(2) > 1 || l.Len() == 0 {
 		// Prefill: one frozen part, the fused kernel.
-		old, oldV := transposeKeys(l.kt), l.v
+		old, oldV := l.k, l.v
 		if l.qk != nil {
 			d := k.Dim(3)
 			old, oldV = l.qk.dense(l.opts, d), l.qv.dense(l.opts, d)
@@ -356,11 +347,7 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 				return mx.ErrorArray(err)
 			}
 		} else {
-			kt := transposeKeys(keys)
-			if e := firstErr(kt); e != nil {
-				return e
-			}
-			l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
+			l.k, l.v, l.tk, l.tv = keys, vals, nil, nil
 		}
 		return mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
 	}
@@ -375,15 +362,15 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	if l.qk != nil {
 		o = attendPacked(q, l.qk, l.qv, l.tk, l.tv, scale, l.opts)
 	} else {
-		o = attendTwo(q, l.kt, l.v, l.tk, l.tv, scale)
+		o = mx.AttendParts(q, []*mx.Array{l.k, l.tk}, []*mx.Array{l.v, l.tv}, scale)
 	}
 	if seqLen(l.tk) >= tailLimit(l.Len()) {
 		if l.qk != nil {
 			l.freeze(l.tk, l.tv) // on failure the tail stays as it is
 		} else {
-			kt, vals := cat(3, l.kt, transposeKeys(l.tk)), cat(2, l.v, l.tv)
-			if firstErr(kt, vals) == nil {
-				l.kt, l.v, l.tk, l.tv = kt, vals, nil, nil
+			keys, vals := cat(2, l.k, l.tk), cat(2, l.v, l.tv)
+			if firstErr(keys, vals) == nil {
+				l.k, l.v, l.tk, l.tv = keys, vals, nil, nil
 			}
 		}
 	}
@@ -484,7 +471,8 @@ func (p *packed) dense(o CacheOptions, d int) *mx.Array {
 	return x
 }
 
-// attendPacked is attendTwo over a quantized frozen part: the scores of a head's
+// attendPacked is attention of one query position over a quantized frozen part
+// and an exact tail, the scores of both sharing one softmax: the scores of a head's
 // query rows against its packed keys, and its probabilities against its packed
 // values, are quantized products, one matrix per head.
 func attendPacked(q *mx.Array, k0, v0 *packed, k1, v1 *mx.Array, scale float32, o CacheOptions) *mx.Array {
@@ -501,21 +489,6 @@ func attendPacked(q *mx.Array, k0, v0 *packed, k1, v1 *mx.Array, scale float32, 
 	}
 	out := mx.Add(old, mx.Matmul(mx.SliceAxis(p, -1, s0, s0+s1), v1))
 	return mx.Reshape(out, b, hq, 1, d)
-}
-
-// attendTwo is attention of one query position over keys split in two parts, the
-// frozen one transposed: the scores of both parts share one softmax, then each part's
-// values are weighted by its slice of the probabilities. The rep = Hq/Hkv query heads
-// that share a kv head are folded into the rows of one product, as grouped-query
-// attention allows.
-func attendTwo(q, kt0, v0, k1, v1 *mx.Array, scale float32) *mx.Array {
-	b, hq, d := q.Dim(0), q.Dim(1), q.Dim(3)
-	hkv, s0, s1 := v0.Dim(1), v0.Dim(2), v1.Dim(2)
-	qg := mx.Reshape(mx.MulScalar(q, scale), b, hkv, hq/hkv, d)
-	scores := mx.Concatenate([]*mx.Array{mx.Matmul(qg, kt0), mx.MatmulT(qg, k1, false, true)}, -1)
-	p := mx.Softmax(scores, -1)
-	o := mx.Add(mx.Matmul(mx.SliceAxis(p, -1, 0, s0), v0), mx.Matmul(mx.SliceAxis(p, -1, s0, s0+s1), v1))
-	return mx.Reshape(o, b, hq, 1, v0.Dim(3))
 }
 
 // firstErr returns the first of xs that carries an error, or nil.

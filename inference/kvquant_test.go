@@ -53,7 +53,7 @@ func TestQuantizedCacheFollowsExact(t *testing.T) {
 					}
 				}
 				t.Logf("largest difference: %.4f of the logits' spread", worst)
-				if s.cache.layers[0].qk == nil || s.cache.layers[0].kt != nil {
+				if s.cache.layers[0].qk == nil || s.cache.layers[0].k != nil {
 					t.Fatalf("200 positions decoded and nothing packed")
 				}
 				// Trim into the packed part, prefill a multi-token continuation:

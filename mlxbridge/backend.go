@@ -158,6 +158,11 @@ type (
 	CumSummer interface {
 		CumSum(x *Array, reverse bool) (Handle, error)
 	}
+	// PartsAttender runs AttendParts without joining the parts: the shapes are
+	// checked, at least one part, all of q's dtype.
+	PartsAttender interface {
+		AttendParts(q *Array, ks, vs []*Array, scale float32) (Handle, error)
+	}
 	// AdamUpdater runs AdamUpdate in one pass: p, g, m and v share a float
 	// dtype and shape; the handles are p', m' and v'.
 	AdamUpdater interface {

@@ -1,6 +1,7 @@
 package bridgetest
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -163,6 +164,33 @@ func (s *suite) reference(t *testing.T) {
 			want := sdpaRef(get(t, q), get(t, k), get(t, v), m, t, 2, 4, 2, 3, 6, 5, 3, 0.4, causal)
 			expect(t, "sdpa", mx.ScaledDotProductAttention(q, k, v, 0.4, causal, m), []int{2, 4, 3, 3}, want, atol, rtol)
 		}
+	}
+
+	// Attention over keys in parts: the reference over the joined keys, for
+	// one and two query rows, an empty part, head sizes off the 8-lane width,
+	// and a long one that the cpu kernel splits across cores.
+	for _, c := range []struct {
+		b, hq, hkv, l, d, dv int
+		parts                []int
+	}{
+		{2, 4, 2, 1, 5, 3, []int{4, 0, 3}},
+		{1, 6, 2, 2, 12, 9, []int{7, 2}},
+		{1, 4, 2, 1, 16, 16, []int{1900, 100, 1}},
+	} {
+		sl := 0
+		for _, n := range c.parts {
+			sl += n
+		}
+		q := s.randn(20, c.b, c.hq, c.l, c.d)
+		k, v := s.randn(21, c.b, c.hkv, sl, c.d), s.randn(22, c.b, c.hkv, sl, c.dv)
+		var ks, vs []*mx.Array
+		at := 0
+		for _, n := range c.parts {
+			ks, vs = append(ks, mx.SliceAxis(k, 2, at, at+n)), append(vs, mx.SliceAxis(v, 2, at, at+n))
+			at += n
+		}
+		want := sdpaRef(get(t, q), get(t, k), get(t, v), nil, t, c.b, c.hq, c.hkv, c.l, sl, c.d, c.dv, 0.3, true)
+		expect(t, fmt.Sprintf("attend parts %v", c.parts), mx.AttendParts(q, ks, vs, 0.3), []int{c.b, c.hq, c.l, c.dv}, want, atol, rtol)
 	}
 
 	// Cross entropy, per position and masked mean.

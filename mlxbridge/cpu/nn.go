@@ -143,6 +143,46 @@ func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.
 	return fbuf(out), nil
 }
 
+// AttendParts runs each (batch, kv head) group's query heads together: the scores
+// of every part's keys, one causal softmax per row over all of them, then every
+// part's values weighted by its slice of the probabilities. Each key and value is
+// read once, where it lies; groups run in parallel when there is enough work.
+func (be *Backend) AttendParts(q *mx.Array, ks, vs []*mx.Array, scale float32) (mx.Handle, error) {
+	qs := q.Shape()
+	b, hq, l, d := qs[0], qs[1], qs[2], qs[3]
+	hkv, dv := ks[0].Dim(1), vs[0].Dim(3)
+	rows := hq / hkv * l
+	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
+	s := 0
+	for i := range ks {
+		kf[i], vf[i], sz[i] = h(ks[i]).f, h(vs[i]).f, ks[i].Dim(2)
+		s += sz[i]
+	}
+	qf := h(q).f
+	out := newFZero(b * hq * l * dv)
+	parallel(b*hkv, max(1, (1<<19)/max(1, rows*s*(d+dv))), func(lo, hi int) {
+		p := make([]float32, rows*s)
+		for g := lo; g < hi; g++ {
+			qg, og := qf[g*rows*d:], out[g*rows*dv:]
+			off := 0
+			for i := range ks {
+				attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
+				off += sz[i]
+			}
+			for r := 0; r < rows; r += l { // each query head's l rows: row i sees s−l+1+i keys
+				softmaxCausalRows(p[r*s:], l, s, s-l+1, scale)
+			}
+			off = 0
+			for i := range vs {
+				attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
+				off += sz[i]
+			}
+		}
+	})
+	roundTo(q.DType(), out)
+	return fbuf(out), nil
+}
+
 // SDPAVJP is attention's backward pass. With P recomputed per head:
 // dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dP∘P))·scale, dQ = dS·K, dK = dSᵀ·Q.
 // Work is split by kv head, so the query heads sharing one accumulate without races.

@@ -135,3 +135,111 @@ void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d) {
 		out[r] = (float)log(total) + m;
 	}
 }
+
+#if defined(__clang__)
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
+#endif
+
+// The sums of 8 vectors' lanes, sum(a[j]) in lane j, in three rounds of pairwise adds.
+static inline void sum8(v8f *sum, const v8f a[8]) {
+	v8f t[4], u[2];
+	for (int i = 0; i < 4; i++)
+		t[i] = SHUFFLE(a[2 * i], a[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+		       SHUFFLE(a[2 * i], a[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+	for (int i = 0; i < 2; i++)
+		u[i] = SHUFFLE(t[2 * i], t[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+		       SHUFFLE(t[2 * i], t[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+	*sum = SHUFFLE(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11) + SHUFFLE(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+// LOAD8 reads 8 floats at p, aligned or not, into the v8f v.
+#define LOAD8(v, p) memcpy(&(v), (p), sizeof(v8f))
+
+// Attention over keys held in parts, one part at a time (AttendParts). Scores:
+// p[r·ld + j] = q_r·k_j for rows r of q (rows, d) and keys j of k (s, d). Eight
+// keys at a time, held in L1 while every row passes over them; each dot product
+// runs in 8 lanes (vector extensions, so it vectorizes under strict
+// floating-point semantics) and eight of them are summed across lanes at once.
+MULTIVERSION
+void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
+                          const float *restrict k, size_t s) {
+	size_t d8 = d / 8 * 8, j = 0;
+	for (; j + 8 <= s; j += 8) {
+		const float *kj = k + j * d;
+		for (size_t r = 0; r < rows; r++) {
+			const float *qr = q + r * d;
+			v8f acc[8] = {0};
+			for (size_t e = 0; e < d8; e += 8) {
+				v8f qv, kv;
+				LOAD8(qv, qr + e);
+				for (int t = 0; t < 8; t++) {
+					LOAD8(kv, kj + t * d + e);
+					acc[t] += qv * kv;
+				}
+			}
+			v8f sum;
+			sum8(&sum, acc);
+			for (size_t e = d8; e < d; e++)
+				for (int t = 0; t < 8; t++) sum[t] += qr[e] * kj[t * d + e];
+			memcpy(p + r * ld + j, &sum, sizeof sum);
+		}
+	}
+	for (; j < s; j++) {
+		const float *kj = k + j * d;
+		for (size_t r = 0; r < rows; r++) {
+			const float *qr = q + r * d;
+			v8f acc = {0};
+			for (size_t e = 0; e < d8; e += 8) {
+				v8f qv, kv;
+				LOAD8(qv, qr + e);
+				LOAD8(kv, kj + e);
+				acc += qv * kv;
+			}
+			float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+			for (size_t e = d8; e < d; e++) sum += qr[e] * kj[e];
+			p[r * ld + j] = sum;
+		}
+	}
+}
+
+// Values: out_r += Σ_j p[r·ld + j]·v_j for rows r of out (rows, dv) and values j of
+// v (s, dv). Up to four rows and 16 columns of out stay in registers while the
+// values stream past.
+MULTIVERSION
+void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
+                          const float *restrict v, size_t s) {
+	size_t d16 = dv / 16 * 16;
+	for (size_t r0 = 0; r0 < rows; r0 += 4) {
+		size_t nr = rows - r0 < 4 ? rows - r0 : 4;
+		for (size_t c = 0; c < d16; c += 16) {
+			v8f acc[4][2] = {{{0}}};
+			for (size_t j = 0; j < s; j++) {
+				v8f a, b;
+				LOAD8(a, v + j * dv + c);
+				LOAD8(b, v + j * dv + c + 8);
+				for (size_t r = 0; r < nr; r++) {
+					float pr = p[(r0 + r) * ld + j];
+					acc[r][0] += pr * a;
+					acc[r][1] += pr * b;
+				}
+			}
+			for (size_t r = 0; r < nr; r++) {
+				float *o = out + (r0 + r) * dv + c;
+				v8f o0, o1;
+				LOAD8(o0, o);
+				LOAD8(o1, o + 8);
+				o0 += acc[r][0];
+				o1 += acc[r][1];
+				memcpy(o, &o0, sizeof o0);
+				memcpy(o + 8, &o1, sizeof o1);
+			}
+		}
+		for (size_t j = 0; j < s && d16 < dv; j++)
+			for (size_t r = r0; r < r0 + nr; r++) {
+				float pr = p[r * ld + j];
+				for (size_t c = d16; c < dv; c++) out[r * dv + c] += pr * v[j * dv + c];
+			}
+	}
+}

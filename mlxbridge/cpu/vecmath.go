@@ -49,3 +49,20 @@ func softmaxCausalRows(p []float32, rows, d, firstLimit int, scale float32) {
 	}
 	C.inloop_softmax_causal_rows(cf(p), C.size_t(rows), C.size_t(d), C.size_t(firstLimit), C.float(scale))
 }
+
+// attendScores sets p[r·ld+j] = q_r·k_j for the rows of q (rows, d) and keys of k (s, d).
+func attendScores(p []float32, ld int, q []float32, rows, d int, k []float32, s int) {
+	if rows == 0 || s == 0 {
+		return
+	}
+	C.inloop_attend_scores(cf(p), C.size_t(ld), cf(q), C.size_t(rows), C.size_t(d), cf(k), C.size_t(s))
+}
+
+// attendValues adds Σ_j p[r·ld+j]·v_j to each row r of out (rows, dv), over the
+// values of v (s, dv).
+func attendValues(out []float32, rows, dv int, p []float32, ld int, v []float32, s int) {
+	if rows == 0 || s == 0 {
+		return
+	}
+	C.inloop_attend_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), cf(v), C.size_t(s))
+}

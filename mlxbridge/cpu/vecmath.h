@@ -9,3 +9,5 @@ void inloop_softmax_causal_rows(float *p, size_t rows, size_t d, size_t first_li
 void inloop_exp(float *y, const float *x, size_t n);
 void inloop_silu(float *y, const float *x, size_t n);
 void inloop_sigmoid(float *y, const float *x, size_t n);
+void inloop_attend_scores(float *p, size_t ld, const float *q, size_t rows, size_t d, const float *k, size_t s);
+void inloop_attend_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, const float *v, size_t s);
