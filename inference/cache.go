@@ -32,7 +32,9 @@ import (
 // slice_update and attention run by the fused kernel over the positions held.
 // MLX updates such a buffer in place once nothing else holds it, so the cache
 // frees its old buffer and views as soon as the step's graph is built: a decode
-// step is then five ops per layer, where the two-part layout takes about fifteen.
+// step is then five ops per layer and copies nothing, where the two-part layout
+// would join its parts into new buffers every step (MLX has no AttendParts
+// kernel).
 //
 // With CacheOptions.Bits the frozen part is kept quantized instead, per position and
 // head (MLX's affine format along the head dimension, as mlx-lm's --kv-bits keeps
