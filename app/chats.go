@@ -276,7 +276,7 @@ func (c *ChatSession) testTimeTrain(ctx context.Context, text string, prompt []i
 		applied.Done()
 		return nil, nil, nil, err
 	}
-	c.seed(sess, prompt)
+	c.seed(ctx, sess, prompt)
 	return sess, applied.Done, &res, nil
 }
 
@@ -290,18 +290,20 @@ var seedTTT = true
 // the fork's starts from the hidden states it keeps, running just the
 // adapted blocks over the conversation. Without it the fork would run every
 // block over the whole conversation on every turn. On any failure the fork's
-// session is left empty, and its prefill computes everything. A chat with
+// session is left empty, and its prefill computes everything; a cancel stops
+// both the catching up and the seeding at their next chunk, and the reply's
+// Generate then stops at once. A chat with
 // δ-mem is not seeded: its memory reads the chat's session as it runs, and a
 // turn with test-time training has never run it.
-func (c *ChatSession) seed(sess *inference.Session, prompt []int) {
+func (c *ChatSession) seed(ctx context.Context, sess *inference.Session, prompt []int) {
 	k := c.ttt.FirstBlock(c.model.Blocks())
 	if !seedTTT || k == 0 || len(prompt) < 2 || c.memory != nil {
 		return
 	}
-	if _, _, err := c.sess.Prefill(prompt[:len(prompt)-1]); err != nil {
+	if _, _, err := c.sess.PrefillContext(ctx, prompt[:len(prompt)-1]); err != nil {
 		return
 	}
-	if _, err := sess.SeedFrom(c.sess, k); err != nil {
+	if _, err := sess.SeedFromContext(ctx, c.sess, k); err != nil {
 		sess.Reset()
 	}
 }

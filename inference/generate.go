@@ -104,8 +104,11 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 	}
 
 	start := time.Now()
-	logits, reused, err := sess.Prefill(prompt)
+	logits, reused, err := sess.PrefillContext(ctx, prompt)
 	if err != nil {
+		if ctx.Err() != nil {
+			st.StopReason = StopCancelled
+		}
 		return st, err
 	}
 	st.ReusedTokens = reused

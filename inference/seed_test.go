@@ -1,6 +1,8 @@
 package inference
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -137,4 +139,66 @@ func onBackend(t *testing.T, a *Adapter, b mx.Backend) *Adapter {
 		loras[path] = LoRA{A: move(lo.A), B: move(lo.B), Scale: lo.Scale}
 	}
 	return NewAdapter(a.name, loras)
+}
+
+// cancelAfter is a context whose Err reports cancellation from its n-th call on:
+// a cancel that lands between two chunks of a prefill.
+type cancelAfter struct {
+	context.Context
+	n int
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A cancel during a long prefill or seeding takes effect at the next chunk:
+// the prefill keeps the chunks it finished, which the next prefill reuses;
+// the seeded session is left empty and the source untouched; Generate reports
+// the turn cancelled.
+func TestPrefillAndSeedCancel(t *testing.T) {
+	b := cpu(t)
+	cfg := tinyConfig("qwen3")
+	m := NewRandom(cfg, 11, b)
+	ids := tokenSeq(2*prefillChunk+40, cfg.VocabSize, 7)
+	s := NewSession(m)
+	if _, _, err := s.PrefillContext(&cancelAfter{context.Background(), 1}, ids); !errors.Is(err, context.Canceled) || s.Cache().Len() != prefillChunk {
+		t.Fatalf("cancelled after one chunk: %v, %d positions held", err, s.Cache().Len())
+	}
+	got, reused, err := s.Prefill(ids)
+	if err != nil || reused != prefillChunk {
+		t.Fatalf("prefill after a cancel: reused %d, %v", reused, err)
+	}
+	want, _, _ := NewSession(m).Prefill(ids)
+	if d := maxAbsDiff(floats(t, got), floats(t, want)); d > 1e-4*spreadOf(floats(t, want)) {
+		t.Errorf("logits after a cancelled prefill differ from a fresh one's by %g", d)
+	}
+
+	const k = 1
+	src := NewSession(m)
+	if err := src.Cache().KeepHidden(k); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := src.Prefill(ids); err != nil {
+		t.Fatal(err)
+	}
+	fork := m.Fork()
+	if _, err := fork.PushAdapter(onBackend(t, upperAdapter(t, fork, k), b)); err != nil {
+		t.Fatal(err)
+	}
+	seeded := NewSession(fork)
+	if n, err := seeded.SeedFromContext(&cancelAfter{context.Background(), 2}, src, k); !errors.Is(err, context.Canceled) || n != 0 || seeded.Cache().Len() != 0 || len(seeded.Tokens()) != 0 {
+		t.Fatalf("cancelled seeding: %d seeded, %d held, %v", n, seeded.Cache().Len(), err)
+	}
+	if n, err := seeded.SeedFrom(src, k); err != nil || n != len(ids) {
+		t.Fatalf("seeding after a cancel: %d, %v", n, err)
+	}
+
+	st, err := Generate(&cancelAfter{context.Background(), 2}, NewSession(m), ids, GenerateOptions{MaxTokens: 4}, func(int) bool { return false })
+	if !errors.Is(err, context.Canceled) || st.StopReason != StopCancelled || st.GeneratedTokens != 0 {
+		t.Errorf("generate cancelled in its prefill: %v, stop %q, %d tokens", err, st.StopReason, st.GeneratedTokens)
+	}
 }

@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -68,16 +69,23 @@ func (s *Session) Reset() {
 // adapters changed since it was computed). At least the last token is always
 // recomputed, since its logits were not kept.
 func (s *Session) Prefill(prompt []int) (logits *mx.Array, reused int, err error) {
+	return s.PrefillContext(context.Background(), prompt)
+}
+
+// PrefillContext is Prefill that stops at ctx's cancellation, checked between
+// chunks of prefillChunk tokens, and returns ctx.Err(): the session then holds
+// the prompt's first chunks, as a later Prefill reuses them.
+func (s *Session) PrefillContext(ctx context.Context, prompt []int) (logits *mx.Array, reused int, err error) {
 	if len(prompt) == 0 {
 		return nil, 0, errors.New("inference: empty prompt")
 	}
 	s.m.ad.mu.RLock()
 	defer s.m.ad.mu.RUnlock()
-	return s.prefill(prompt)
+	return s.prefill(ctx, prompt)
 }
 
-// prefill is Prefill under the read lock.
-func (s *Session) prefill(prompt []int) (logits *mx.Array, reused int, err error) {
+// prefill is PrefillContext under the read lock.
+func (s *Session) prefill(ctx context.Context, prompt []int) (logits *mx.Array, reused int, err error) {
 	if v := s.m.AdapterVersion(); v != s.version {
 		s.Reset()
 		s.version = v
@@ -87,6 +95,9 @@ func (s *Session) prefill(prompt []int) (logits *mx.Array, reused int, err error
 	s.cache.Trim(reused)
 	s.tokens = s.tokens[:reused]
 	for start := reused; start < len(prompt); start += prefillChunk {
+		if err := ctx.Err(); err != nil {
+			return nil, reused, err
+		}
 		chunk := prompt[start:min(start+prefillChunk, len(prompt))]
 		if logits, err = s.extend(chunk); err != nil {
 			return nil, reused, err
@@ -106,7 +117,7 @@ func (s *Session) Append(tokens []int) (*mx.Array, error) {
 	s.m.ad.mu.RLock()
 	defer s.m.ad.mu.RUnlock()
 	if s.m.AdapterVersion() != s.version && len(s.tokens) > 0 {
-		logits, _, err := s.prefill(slices.Concat(s.tokens, tokens))
+		logits, _, err := s.prefill(context.Background(), slices.Concat(s.tokens, tokens))
 		return logits, err
 	}
 	s.version = s.m.AdapterVersion()
@@ -176,6 +187,13 @@ func commonPrefix(a, b []int) int {
 // tokens would have given it, at the cost of the blocks from k. s keeps
 // hidden states at k too. It returns the positions seeded.
 func (s *Session) SeedFrom(src *Session, k int) (int, error) {
+	return s.SeedFromContext(context.Background(), src, k)
+}
+
+// SeedFromContext is SeedFrom that stops at ctx's cancellation, checked between
+// chunks of prefillChunk positions; s is then left empty and it returns
+// ctx.Err().
+func (s *Session) SeedFromContext(ctx context.Context, src *Session, k int) (int, error) {
 	if s.cache.Len() > 0 {
 		return 0, errors.New("inference: seed: the session is not empty")
 	}
@@ -212,6 +230,9 @@ func (s *Session) SeedFrom(src *Session, k int) (int, error) {
 	var err error
 	mx.Run(s.m.b, func() {
 		for start := 0; start < n && err == nil; start += prefillChunk {
+			if err = ctx.Err(); err != nil {
+				return
+			}
 			h := mx.SliceAxis(src.cache.kept, 1, start, min(start+prefillChunk, n))
 			for i := k; i < len(s.m.layers) && h.Err() == nil; i++ {
 				h = s.m.layers[i].Forward(h, s.cache.layer(i))
@@ -221,6 +242,9 @@ func (s *Session) SeedFrom(src *Session, k int) (int, error) {
 	})
 	if err != nil {
 		s.Reset()
+		if ctx.Err() != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("inference: seed: %w", err)
 	}
 	s.tokens = slices.Clone(src.tokens)
