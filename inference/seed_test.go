@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -200,5 +201,55 @@ func TestPrefillAndSeedCancel(t *testing.T) {
 	st, err := Generate(&cancelAfter{context.Background(), 2}, NewSession(m), ids, GenerateOptions{MaxTokens: 4}, func(int) bool { return false })
 	if !errors.Is(err, context.Canceled) || st.StopReason != StopCancelled || st.GeneratedTokens != 0 {
 		t.Errorf("generate cancelled in its prefill: %v, stop %q, %d tokens", err, st.StopReason, st.GeneratedTokens)
+	}
+}
+
+// A seeded session and its source share their lower layers' tails: each then
+// decodes one token at a time, interleaved with the other, and still matches a
+// fresh session of its own model.
+func TestSeededTailsStayApart(t *testing.T) {
+	b := cpu(t)
+	cfg := tinyConfig("qwen3")
+	m := NewRandom(cfg, 11, b)
+	const k = 1
+	ids := tokenSeq(120, cfg.VocabSize, 5)
+	src := NewSession(m)
+	if err := src.Cache().KeepHidden(k); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := src.Prefill(ids[:100]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 100; i < 105; i++ { // a tail of single positions, with room to grow in place
+		if _, err := src.Append(ids[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fork := m.Fork()
+	if _, err := fork.PushAdapter(onBackend(t, upperAdapter(t, fork, k), b)); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSession(fork)
+	if _, err := s.SeedFrom(src, k); err != nil {
+		t.Fatal(err)
+	}
+	mine, theirs := []int{3, 1, 4, 1, 5}, []int{2, 7, 1, 8, 2}
+	var got, gotSrc *mx.Array
+	for i := range mine {
+		var err error
+		if got, err = s.Append(mine[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+		if gotSrc, err = src.Append(theirs[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _, _ := NewSession(fork).Prefill(append(slices.Clone(ids[:105]), mine...))
+	wantSrc, _, _ := NewSession(m).Prefill(append(slices.Clone(ids[:105]), theirs...))
+	if d := maxAbsDiff(floats(t, got), floats(t, want)); d > 1e-4*spreadOf(floats(t, want)) {
+		t.Errorf("seeded session's logits differ from a fresh prefill's by %g", d)
+	}
+	if d := maxAbsDiff(floats(t, gotSrc), floats(t, wantSrc)); d > 1e-4*spreadOf(floats(t, wantSrc)) {
+		t.Errorf("source's logits differ from a fresh prefill's by %g", d)
 	}
 }
