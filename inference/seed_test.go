@@ -42,22 +42,8 @@ func TestSeedFromMatchesPrefill(t *testing.T) {
 			}
 			const k = 1 // the tiny model's last block: its adapter is the fork's own
 			ids := tokenSeq(300, cfg.VocabSize, 7)
-			src := NewSession(m)
-			if err := src.Cache().KeepHidden(k); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := src.Prefill(ids[:250]); err != nil {
-				t.Fatal(err)
-			}
-			for i := 250; i < 260; i++ { // decoded positions are kept too
-				if _, err := src.Append(ids[i : i+1]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			fork := m.Fork()
-			if _, err := fork.PushAdapter(onBackend(t, upperAdapter(t, fork, k), b)); err != nil {
-				t.Fatal(err)
-			}
+			src := seedSource(t, m, k, ids[:250], ids[250:260]) // decoded positions are kept too
+			fork := upperFork(t, m, k)
 			s := NewSession(fork)
 			n, err := s.SeedFrom(src, k)
 			if err != nil || n != 260 || s.Cache().Len() != 260 {
@@ -179,18 +165,8 @@ func TestPrefillAndSeedCancel(t *testing.T) {
 	}
 
 	const k = 1
-	src := NewSession(m)
-	if err := src.Cache().KeepHidden(k); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := src.Prefill(ids); err != nil {
-		t.Fatal(err)
-	}
-	fork := m.Fork()
-	if _, err := fork.PushAdapter(onBackend(t, upperAdapter(t, fork, k), b)); err != nil {
-		t.Fatal(err)
-	}
-	seeded := NewSession(fork)
+	src := seedSource(t, m, k, ids, nil)
+	seeded := NewSession(upperFork(t, m, k))
 	if n, err := seeded.SeedFromContext(&cancelAfter{context.Background(), 2}, src, k); !errors.Is(err, context.Canceled) || n != 0 || seeded.Cache().Len() != 0 || len(seeded.Tokens()) != 0 {
 		t.Fatalf("cancelled seeding: %d seeded, %d held, %v", n, seeded.Cache().Len(), err)
 	}
@@ -213,22 +189,8 @@ func TestSeededTailsStayApart(t *testing.T) {
 	m := NewRandom(cfg, 11, b)
 	const k = 1
 	ids := tokenSeq(120, cfg.VocabSize, 5)
-	src := NewSession(m)
-	if err := src.Cache().KeepHidden(k); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := src.Prefill(ids[:100]); err != nil {
-		t.Fatal(err)
-	}
-	for i := 100; i < 105; i++ { // a tail of single positions, with room to grow in place
-		if _, err := src.Append(ids[i : i+1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fork := m.Fork()
-	if _, err := fork.PushAdapter(onBackend(t, upperAdapter(t, fork, k), b)); err != nil {
-		t.Fatal(err)
-	}
+	src := seedSource(t, m, k, ids[:100], ids[100:105]) // a tail of single positions, with room to grow in place
+	fork := upperFork(t, m, k)
 	s := NewSession(fork)
 	if _, err := s.SeedFrom(src, k); err != nil {
 		t.Fatal(err)
@@ -252,4 +214,33 @@ func TestSeededTailsStayApart(t *testing.T) {
 	if d := maxAbsDiff(floats(t, gotSrc), floats(t, wantSrc)); d > 1e-4*spreadOf(floats(t, wantSrc)) {
 		t.Errorf("source's logits differ from a fresh prefill's by %g", d)
 	}
+}
+
+// seedSource is a session of m that keeps the hidden states entering block k,
+// holding prompt prefilled and then decoded, one token at a time.
+func seedSource(t *testing.T, m *Model, k int, prompt, decoded []int) *Session {
+	t.Helper()
+	src := NewSession(m)
+	if err := src.Cache().KeepHidden(k); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := src.Prefill(prompt); err != nil {
+		t.Fatal(err)
+	}
+	for i := range decoded {
+		if _, err := src.Append(decoded[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src
+}
+
+// upperFork is a fork of m with an adapter of its own on blocks k and up.
+func upperFork(t *testing.T, m *Model, k int) *Model {
+	t.Helper()
+	fork := m.Fork()
+	if _, err := fork.PushAdapter(onBackend(t, upperAdapter(t, fork, k), m.b)); err != nil {
+		t.Fatal(err)
+	}
+	return fork
 }
