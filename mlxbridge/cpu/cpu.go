@@ -10,7 +10,6 @@ package cpu
 
 import (
 	"fmt"
-	"runtime"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
@@ -130,12 +129,10 @@ func roundTo(dt mx.DType, v []float32) {
 	})
 }
 
-var workers = runtime.GOMAXPROCS(0)
-
 // parallel splits [0, n) into contiguous chunks of at least grain items and runs
 // f on them across cores (package par's workers); small jobs run inline.
 func parallel(n, grain int, f func(lo, hi int)) {
-	w := min(workers, n/max(grain, 1))
+	w := min(par.Cores(), n/max(grain, 1))
 	if w <= 1 {
 		if n > 0 {
 			f(0, n)

@@ -52,9 +52,12 @@ const (
 	assigned
 )
 
+// Cores is how many parts Run runs at once: the calling goroutine and one worker per
+// extra core. A GOMAXPROCS above the machine's cores (set by hand) would only add
+// spinning workers, so it counts min(GOMAXPROCS, NumCPU) at the first call.
+func Cores() int { return len(pool()) + 1 }
+
 var pool = sync.OnceValue(func() []*worker {
-	// One per extra core: a GOMAXPROCS above the machine's cores (set by hand) would
-	// only add spinning workers.
 	ws := make([]*worker, max(0, min(runtime.GOMAXPROCS(0), runtime.NumCPU())-1))
 	for i := range ws {
 		w := &worker{wake: make(chan struct{}, 1)}

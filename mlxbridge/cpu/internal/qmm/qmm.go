@@ -271,7 +271,7 @@ func tiled(w *weights, out, x []float32, M int) {
 // per core, waking another one costs more than it saves.
 func split(n, align, costPerItem int) [][2]int {
 	const minWork = 1 << 16
-	workers := min(runtime.GOMAXPROCS(0), (n+align-1)/align, max(1, n*costPerItem/minWork))
+	workers := min(par.Cores(), (n+align-1)/align, max(1, n*costPerItem/minWork))
 	ranges := make([][2]int, 0, workers)
 	for i := range workers {
 		if lo, hi := par.Bounds(n, align, workers, i); hi > lo {
