@@ -1,6 +1,7 @@
 package par
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,5 +87,11 @@ func BenchmarkGoroutines(b *testing.B) {
 		var wg sync.WaitGroup
 		wg.Go(func() {})
 		wg.Wait()
+	}
+}
+
+func TestCores(t *testing.T) {
+	if got, want := Cores(), min(runtime.GOMAXPROCS(0), runtime.NumCPU()); got != max(1, want) {
+		t.Errorf("Cores() = %d, want %d", got, want)
 	}
 }
