@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -25,11 +26,41 @@ func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
 	return fbuf(out), nil
 }
 
+// ropeMemo keeps the last angle tables RoPE computed. A decode step turns the
+// queries and the keys of every layer by the same angles (60 calls a token for
+// SmolLM2-135M), which cost more to compute than to apply.
+var ropeMemo struct {
+	sync.Mutex
+	key      ropeKey
+	cos, sin []float32 // read-only once stored
+}
+
+// ropeKey is what the angles depend on. Freqs is compared by identity: arrays are
+// immutable, and the memo's key keeps the array alive.
+type ropeKey struct {
+	l, dims, offset int
+	base, scale     float32
+	inverse         bool
+	freqs           *mx.Array
+}
+
+// ropeAngles is mx.RoPEAngles through ropeMemo.
+func ropeAngles(l int, o mx.RoPEOptions) (cos, sin []float32) {
+	k := ropeKey{l: l, dims: o.Dims, offset: o.Offset, base: o.Base, scale: o.Scale, inverse: o.Inverse, freqs: o.Freqs}
+	ropeMemo.Lock()
+	defer ropeMemo.Unlock()
+	if ropeMemo.cos == nil || ropeMemo.key != k {
+		ropeMemo.cos, ropeMemo.sin = mx.RoPEAngles(l, o)
+		ropeMemo.key = k
+	}
+	return ropeMemo.cos, ropeMemo.sin
+}
+
 func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	s := x.Shape()
 	l, d := s[len(s)-2], s[len(s)-1]
 	half := o.Dims / 2
-	cos, sin := mx.RoPEAngles(l, o)
+	cos, sin := ropeAngles(l, o)
 	src := h(x).f
 	nrows := 0
 	if d > 0 {
