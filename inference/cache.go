@@ -38,8 +38,9 @@ import (
 //
 // With CacheOptions.Bits the frozen part is kept quantized instead, per position and
 // head (MLX's affine format along the head dimension, as mlx-lm's --kv-bits keeps
-// its cache), and a decode step multiplies the query straight into the packed keys
-// and values (mx.QuantizedMatmul with one matrix per head). The tail, the most recent
+// its cache), and a decode step reads the packed keys and values where they lie:
+// mx.AttendQuantized where the backend has a kernel for it (the cpu backend, at 2, 4
+// and 8 bits), else quantized products with one matrix per head (attendPacked). The tail, the most recent
 // positions, stays exact until it joins.
 type Cache struct {
 	layers []LayerCache
@@ -361,9 +362,12 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	// A tail always follows a frozen part: an empty cache takes the prefill path,
 	// and trim empties the tail whenever it cuts into the frozen part.
 	var o *mx.Array
-	if l.qk != nil {
+	switch {
+	case l.qk != nil && attendsQuantized(q.Backend(), l.opts.Bits):
+		o = mx.AttendQuantized(q, l.qk.kv(), l.qv.kv(), l.opts.GroupSize, l.opts.Bits, []*mx.Array{l.tk}, []*mx.Array{l.tv}, scale)
+	case l.qk != nil:
 		o = attendPacked(q, l.qk, l.qv, l.tk, l.tv, scale, l.opts)
-	} else {
+	default:
 		o = mx.AttendParts(q, []*mx.Array{l.k, l.tk}, []*mx.Array{l.v, l.tv}, scale)
 	}
 	if seqLen(l.tk) >= tailLimit(l.Len()) {
@@ -472,6 +476,18 @@ func (p *packed) dense(o CacheOptions, d int) *mx.Array {
 	}
 	return x
 }
+
+// attendsQuantized reports whether b has a kernel for attention over a quantized
+// cache part at bits (the cpu backend); elsewhere (MLX) the composed op would
+// dequantize the whole part every step, and attendPacked's quantized products
+// per head do better.
+func attendsQuantized(b mx.Backend, bits int) bool {
+	qa, ok := b.(mx.QuantizedAttender)
+	return ok && qa.AttendsQuantized(bits)
+}
+
+// kv is p as mlxbridge's QuantizedKV.
+func (p *packed) kv() mx.QuantizedKV { return mx.QuantizedKV{W: p.w, Scales: p.s, Biases: p.b} }
 
 // attendPacked is attention of one query position over a quantized frozen part
 // and an exact tail, the scores of both sharing one softmax: the scores of a head's

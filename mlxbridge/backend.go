@@ -163,6 +163,11 @@ type (
 	PartsAttender interface {
 		AttendParts(q *Array, ks, vs []*Array, scale float32) (Handle, error)
 	}
+	// QuantizedAttender runs AttendQuantized for the bit widths it reports.
+	QuantizedAttender interface {
+		AttendsQuantized(bits int) bool
+		AttendQuantized(q *Array, k0, v0 QuantizedKV, groupSize, bits int, ks, vs []*Array, scale float32) (Handle, error)
+	}
 	// AdamUpdater runs AdamUpdate in one pass: p, g, m and v share a float
 	// dtype and shape; the handles are p', m' and v'.
 	AdamUpdater interface {

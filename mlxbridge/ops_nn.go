@@ -226,6 +226,21 @@ func AttendParts(q *Array, ks, vs []*Array, scale float32) *Array {
 	if e := checkFloat("attend parts", xs...); e != nil {
 		return e
 	}
+	if e := checkParts(q, ks, vs); e != nil {
+		return e
+	}
+	f, ok := q.b.(PartsAttender)
+	if !ok || traced(xs...) {
+		return ScaledDotProductAttention(q, Concatenate(ks, 2), Concatenate(vs, 2), scale, true, nil)
+	}
+	h, err := f.AttendParts(q, ks, vs, scale)
+	keepAlive(xs)
+	return newArray("attend parts", q.b, h, err, []int{q.shape[0], q.shape[1], q.shape[2], vs[0].shape[3]}, q.dtype)
+}
+
+// checkParts checks the shapes AttendParts takes: q (B,H,L,D) and parts of one
+// kv-head count, dtype and head sizes, holding at least L keys in all.
+func checkParts(q *Array, ks, vs []*Array) *Array {
 	if len(q.shape) != 4 {
 		return Errorf("attend parts: q must be (B,H,L,D), got %s", fmtShape(q.shape))
 	}
@@ -244,13 +259,7 @@ func AttendParts(q *Array, ks, vs []*Array, scale float32) *Array {
 	if hkv == 0 || q.shape[1]%hkv != 0 || q.shape[2] > s {
 		return Errorf("attend parts: %d query heads over %d kv heads, %d queries over %d keys", q.shape[1], hkv, q.shape[2], s)
 	}
-	f, ok := q.b.(PartsAttender)
-	if !ok || traced(xs...) {
-		return ScaledDotProductAttention(q, Concatenate(ks, 2), Concatenate(vs, 2), scale, true, nil)
-	}
-	h, err := f.AttendParts(q, ks, vs, scale)
-	keepAlive(xs)
-	return newArray("attend parts", q.b, h, err, []int{q.shape[0], q.shape[1], q.shape[2], vs[0].shape[3]}, q.dtype)
+	return nil
 }
 
 func sdpaComposed(q, k, v *Array, scale float32, causal bool, mask *Array) *Array {

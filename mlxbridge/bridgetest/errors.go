@@ -36,6 +36,21 @@ func (s *suite) errors(t *testing.T) {
 		{"attend parts", mx.AttendParts(s.randn(4, 1, 2, 1, 4), []*mx.Array{s.randn(5, 1, 2, 2, 4)}, []*mx.Array{s.randn(6, 1, 2, 3, 4)}, 1), "do not fit"},
 		{"attend parts count", mx.AttendParts(s.randn(4, 1, 2, 1, 4), []*mx.Array{s.randn(5, 1, 2, 2, 4)}, nil, 1), "parts"},
 		{"attend parts queries", mx.AttendParts(s.randn(4, 1, 2, 3, 4), []*mx.Array{s.randn(5, 1, 2, 2, 4)}, []*mx.Array{s.randn(6, 1, 2, 2, 4)}, 1), "queries over"},
+		{"attend quantized packed", func() *mx.Array {
+			kw, ks, kb := mx.Quantize(s.randn(7, 1, 2, 3, 64), 64, 8)
+			vw, vs, vb := mx.Quantize(s.randn(8, 1, 2, 4, 64), 64, 8)
+			return mx.AttendQuantized(s.randn(9, 1, 2, 1, 64), mx.QuantizedKV{W: kw, Scales: ks, Biases: kb}, mx.QuantizedKV{W: vw, Scales: vs, Biases: vb}, 64, 8, nil, nil, 1)
+		}(), "do not fit"},
+		{"attend quantized head", func() *mx.Array {
+			w, sc, b := mx.Quantize(s.randn(7, 1, 2, 3, 64), 64, 8)
+			kv := mx.QuantizedKV{W: w, Scales: sc, Biases: b}
+			return mx.AttendQuantized(s.randn(9, 1, 2, 1, 128), kv, kv, 64, 8, nil, nil, 1)
+		}(), "do not fit"},
+		{"attend quantized parts", func() *mx.Array {
+			w, sc, b := mx.Quantize(s.randn(7, 1, 2, 3, 64), 64, 8)
+			kv := mx.QuantizedKV{W: w, Scales: sc, Biases: b}
+			return mx.AttendQuantized(s.randn(9, 1, 2, 1, 64), kv, kv, 64, 8, []*mx.Array{s.randn(5, 1, 2, 2, 64)}, nil, 1)
+		}(), "parts"},
 		{"cross entropy", mx.CrossEntropy(a23, s.ints([]int32{0, 1, 2}, 3)), "targets"},
 		{"from data count", mx.FromData(s.b, mx.Float32, []float32{1, 2}, 3), "2 values"},
 		{"from data shape", mx.FromData(s.b, mx.Float32, []float32{}, -1), "negative"},

@@ -193,6 +193,50 @@ func (s *suite) reference(t *testing.T) {
 		expect(t, fmt.Sprintf("attend parts %v", c.parts), mx.AttendParts(q, ks, vs, 0.3), []int{c.b, c.hq, c.l, c.dv}, want, atol, rtol)
 	}
 
+	// Attention over a quantized first part and exact parts: the reference over
+	// the dequantized keys and values (Dequantize's own numbers) joined with the
+	// exact ones, for 2, 4 and 8 bits, a head padded to the group size, one and
+	// two query rows, and no exact part at all.
+	for _, c := range []struct {
+		hq, hkv, l, d, group, bits, s0 int
+		parts                          []int
+	}{
+		{4, 2, 1, 64, 64, 8, 40, []int{3}},
+		{4, 2, 2, 48, 32, 4, 37, []int{5, 2}},
+		{6, 3, 1, 32, 32, 2, 9, nil},
+		{2, 1, 1, 64, 32, 4, 1300, []int{7}},
+	} {
+		sl := c.s0
+		for _, n := range c.parts {
+			sl += n
+		}
+		dp := (c.d + c.group - 1) / c.group * c.group
+		q := s.randn(30, 1, c.hq, c.l, c.d)
+		k, v := s.randn(31, 1, c.hkv, sl, c.d), s.randn(32, 1, c.hkv, sl, c.d)
+		pad := func(x *mx.Array) *mx.Array {
+			if dp == c.d {
+				return x
+			}
+			return mx.Concatenate([]*mx.Array{x, mx.Full(s.b, []int{1, c.hkv, c.s0, dp - c.d}, 0, mx.Float32)}, -1)
+		}
+		quantized := func(x *mx.Array) (mx.QuantizedKV, *mx.Array) {
+			w, sc, b := mx.Quantize(pad(mx.SliceAxis(x, 2, 0, c.s0)), c.group, c.bits)
+			return mx.QuantizedKV{W: w, Scales: sc, Biases: b}, mx.SliceAxis(mx.Dequantize(w, sc, b, c.group, c.bits), -1, 0, c.d)
+		}
+		kq, kd := quantized(k)
+		vq, vd := quantized(v)
+		var ks, vs []*mx.Array
+		at := c.s0
+		for _, n := range c.parts {
+			ks, vs = append(ks, mx.SliceAxis(k, 2, at, at+n)), append(vs, mx.SliceAxis(v, 2, at, at+n))
+			at += n
+		}
+		kj, vj := mx.Concatenate(append([]*mx.Array{kd}, ks...), 2), mx.Concatenate(append([]*mx.Array{vd}, vs...), 2)
+		want := sdpaRef(get(t, q), get(t, kj), get(t, vj), nil, t, 1, c.hq, c.hkv, c.l, sl, c.d, c.d, 0.3, true)
+		got := mx.AttendQuantized(q, kq, vq, c.group, c.bits, ks, vs, 0.3)
+		expect(t, fmt.Sprintf("attend quantized %d bits, head %d in groups of %d, parts %d+%v", c.bits, c.d, c.group, c.s0, c.parts), got, []int{1, c.hq, c.l, c.d}, want, atol, rtol)
+	}
+
 	// Cross entropy, per position and masked mean.
 	logits := s.randn(13, 2, 3, 7)
 	tg := s.ints([]int32{0, 6, 3, 2, 2, 5}, 2, 3)

@@ -146,3 +146,29 @@ func BenchmarkAttendParts(b *testing.B) {
 		}
 	}
 }
+
+// The same step over a cache whose frozen part is quantized along the head
+// dimension (8 and 4 bits in groups of 64, as --kv-bits keeps it), fused and
+// composed (the part dequantized, then joined).
+func BenchmarkAttendQuantized(b *testing.B) {
+	const hq, hkv, d, tail, s = 9, 3, 64, 16, 2048
+	for _, bits := range []int{8, 4} {
+		for _, c := range []struct {
+			name string
+			be   mx.Backend
+		}{{"fused", New()}, {"composed", composedOnly{New()}}} {
+			b.Run(fmt.Sprintf("bits=%d/%s", bits, c.name), func(b *testing.B) {
+				q := randArray(c.be, 1, 1, hq, 1, d)
+				kw, ks, kb := mx.Quantize(randArray(c.be, 2, 1, hkv, s-tail, d), 64, bits)
+				vw, vs, vb := mx.Quantize(randArray(c.be, 3, 1, hkv, s-tail, d), 64, bits)
+				k0, v0 := mx.QuantizedKV{W: kw, Scales: ks, Biases: kb}, mx.QuantizedKV{W: vw, Scales: vs, Biases: vb}
+				k1, v1 := randArray(c.be, 4, 1, hkv, tail, d), randArray(c.be, 5, 1, hkv, tail, d)
+				for b.Loop() {
+					if err := mx.Eval(mx.AttendQuantized(q, k0, v0, 64, bits, []*mx.Array{k1}, []*mx.Array{v1}, 0.125)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -220,6 +220,67 @@ func (be *Backend) AttendParts(q *mx.Array, ks, vs []*mx.Array, scale float32) (
 	return fbuf(out), nil
 }
 
+// AttendsQuantized reports the widths AttendQuantized has a kernel for.
+func (be *Backend) AttendsQuantized(bits int) bool { return bits == 2 || bits == 4 || bits == 8 }
+
+// AttendQuantized is AttendParts with a quantized first part: each (batch, kv head)
+// group's query rows, zero-padded to the packed head size and summed per group,
+// score every packed key as it is unpacked, then the exact parts; one causal
+// softmax; then every value, packed ones dequantized once as they are read.
+func (be *Backend) AttendQuantized(q *mx.Array, k0, v0 mx.QuantizedKV, group, bits int, ks, vs []*mx.Array, scale float32) (mx.Handle, error) {
+	qs := q.Shape()
+	b, hq, l, d := qs[0], qs[1], qs[2], qs[3]
+	hkv, s0 := k0.W.Dim(1), k0.W.Dim(2)
+	dp := k0.W.Dim(3) * 32 / bits
+	gs := dp / group
+	rows := hq / hkv * l
+	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
+	s := s0
+	for i := range ks {
+		kf[i], vf[i], sz[i] = h(ks[i]).f, h(vs[i]).f, ks[i].Dim(2)
+		s += sz[i]
+	}
+	qf := h(q).f
+	kw, ksc, kb := h(k0.W).u, h(k0.Scales).f, h(k0.Biases).f
+	vw, vsc, vb := h(v0.W).u, h(v0.Scales).f, h(v0.Biases).f
+	words := dp * bits / 32
+	out := newFZero(b * hq * l * d)
+	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*2*d)), func(lo, hi int) {
+		p := make([]float32, rows*s)
+		qp, qsum, tmp := make([]float32, rows*dp), make([]float32, rows*gs), make([]float32, dp)
+		for g := lo; g < hi; g++ {
+			qg, og := qf[g*rows*d:], out[g*rows*d:]
+			for r := range rows {
+				copy(qp[r*dp:r*dp+d], qg[r*d:(r+1)*d])
+				for k := range gs {
+					var sum float32
+					for _, v := range qp[r*dp+k*group : r*dp+(k+1)*group] {
+						sum += v
+					}
+					qsum[r*gs+k] = sum
+				}
+			}
+			attendQuantScores(p, s, qp, qsum, rows, dp, group, bits, kw[g*s0*words:], ksc[g*s0*gs:], kb[g*s0*gs:], s0, tmp)
+			off := s0
+			for i := range ks {
+				attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
+				off += sz[i]
+			}
+			for r := 0; r < rows; r += l {
+				softmaxCausalRows(p[r*s:], l, s, s-l+1, scale)
+			}
+			attendQuantValues(og, rows, d, p, s, dp, group, bits, vw[g*s0*words:], vsc[g*s0*gs:], vb[g*s0*gs:], s0, tmp)
+			off = s0
+			for i := range vs {
+				attendValues(og, rows, d, p[off:], s, vf[i][g*sz[i]*d:], sz[i])
+				off += sz[i]
+			}
+		}
+	})
+	roundTo(q.DType(), out)
+	return fbuf(out), nil
+}
+
 // SDPAVJP is attention's backward pass. With P recomputed per head:
 // dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dP∘P))·scale, dQ = dS·K, dK = dSᵀ·Q.
 // Work is split by kv head, so the query heads sharing one accumulate without races.

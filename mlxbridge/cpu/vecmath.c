@@ -243,3 +243,85 @@ void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const flo
 			}
 	}
 }
+
+// q·k over n values in 8 lanes, the lanes then added pairwise.
+static inline float dot8(const float *a, const float *b, size_t n) {
+	v8f acc = {0};
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		v8f x, y;
+		LOAD8(x, a + i);
+		LOAD8(y, b + i);
+		acc += x * y;
+	}
+	float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+	for (; i < n; i++) sum += a[i] * b[i];
+	return sum;
+}
+
+// A packed row's n values at `bits` (2, 4 or 8; LSB first, as MLX packs them) as floats.
+static inline void unpack_row(float *restrict dst, const uint32_t *restrict w, size_t n, int bits) {
+	const uint8_t *b = (const uint8_t *)w; // little-endian: the words' low bytes come first
+	switch (bits) {
+	case 8:
+		for (size_t i = 0; i < n; i++) dst[i] = (float)b[i];
+		break;
+	case 4:
+		for (size_t i = 0; i < n / 2; i++) {
+			dst[2 * i] = (float)(b[i] & 15);
+			dst[2 * i + 1] = (float)(b[i] >> 4);
+		}
+		break;
+	case 2:
+		for (size_t i = 0; i < n / 4; i++) {
+			dst[4 * i] = (float)(b[i] & 3);
+			dst[4 * i + 1] = (float)((b[i] >> 2) & 3);
+			dst[4 * i + 2] = (float)((b[i] >> 4) & 3);
+			dst[4 * i + 3] = (float)(b[i] >> 6);
+		}
+		break;
+	}
+}
+
+// Attention over a quantized part (AttendQuantized): scores p[r·ld + j] = q_r·k_j
+// for keys k_j = scale·int + bias per group. q holds rows of dp values (zero past
+// the head size), qsum their sums per group; w, s, b hold n keys' packed words and
+// their groups' scales and biases. tmp holds dp floats. Per group it is
+// scale·(q·int) + bias·Σq, so a key is unpacked once for all the rows.
+MULTIVERSION
+void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restrict q, const float *restrict qsum,
+                                size_t rows, size_t dp, size_t group, int bits, const uint32_t *restrict w,
+                                const float *restrict s, const float *restrict b, size_t n, float *restrict tmp) {
+	size_t groups = dp / group, words = dp * bits / 32;
+	for (size_t j = 0; j < n; j++) {
+		unpack_row(tmp, w + j * words, dp, bits);
+		const float *sj = s + j * groups, *bj = b + j * groups;
+		for (size_t r = 0; r < rows; r++) {
+			float acc = 0;
+			for (size_t g = 0; g < groups; g++)
+				acc += sj[g] * dot8(q + r * dp + g * group, tmp + g * group, group) + bj[g] * qsum[r * groups + g];
+			p[r * ld + j] = acc;
+		}
+	}
+}
+
+// Values: out_r += Σ_j p[r·ld + j]·v_j over n quantized values v_j = scale·int +
+// bias, each unpacked and dequantized once (its first dv values) for all the rows.
+MULTIVERSION
+void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
+                                size_t dp, size_t group, int bits, const uint32_t *restrict w,
+                                const float *restrict s, const float *restrict b, size_t n, float *restrict tmp) {
+	size_t groups = dp / group, words = dp * bits / 32;
+	for (size_t j = 0; j < n; j++) {
+		unpack_row(tmp, w + j * words, dp, bits);
+		for (size_t g = 0; g < groups; g++) {
+			float sg = s[j * groups + g], bg = b[j * groups + g];
+			for (size_t i = g * group; i < (g + 1) * group; i++) tmp[i] = sg * tmp[i] + bg;
+		}
+		for (size_t r = 0; r < rows; r++) {
+			float pr = p[r * ld + j];
+			float *o = out + r * dv;
+			for (size_t c = 0; c < dv; c++) o[c] += pr * tmp[c];
+		}
+	}
+}

@@ -66,3 +66,23 @@ func attendValues(out []float32, rows, dv int, p []float32, ld int, v []float32,
 	}
 	C.inloop_attend_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), cf(v), C.size_t(s))
 }
+
+func cu(v []uint32) *C.uint32_t { return (*C.uint32_t)(unsafe.Pointer(unsafe.SliceData(v))) }
+
+// attendQuantScores is attendScores over n quantized keys (inloop_attend_quant_scores).
+func attendQuantScores(p []float32, ld int, q, qsum []float32, rows, dp, group, bits int, w []uint32, s, b []float32, n int, tmp []float32) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	C.inloop_attend_quant_scores(cf(p), C.size_t(ld), cf(q), cf(qsum), C.size_t(rows), C.size_t(dp), C.size_t(group),
+		C.int(bits), cu(w), cf(s), cf(b), C.size_t(n), cf(tmp))
+}
+
+// attendQuantValues is attendValues over n quantized values (inloop_attend_quant_values).
+func attendQuantValues(out []float32, rows, dv int, p []float32, ld, dp, group, bits int, w []uint32, s, b []float32, n int, tmp []float32) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	C.inloop_attend_quant_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), C.size_t(dp), C.size_t(group),
+		C.int(bits), cu(w), cf(s), cf(b), C.size_t(n), cf(tmp))
+}

@@ -2,6 +2,7 @@
 // activation kernels. Plain C loops that GCC and Clang vectorize at -O3; on x86-64
 // GCC also builds an AVX2+FMA clone picked at load time.
 #include <stddef.h>
+#include <stdint.h>
 
 void inloop_softmax_rows(float *out, const float *x, size_t rows, size_t d);
 void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d);
@@ -11,3 +12,9 @@ void inloop_silu(float *y, const float *x, size_t n);
 void inloop_sigmoid(float *y, const float *x, size_t n);
 void inloop_attend_scores(float *p, size_t ld, const float *q, size_t rows, size_t d, const float *k, size_t s);
 void inloop_attend_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, const float *v, size_t s);
+void inloop_attend_quant_scores(float *p, size_t ld, const float *q, const float *qsum, size_t rows, size_t dp,
+                                size_t group, int bits, const uint32_t *w, const float *s, const float *b, size_t n,
+                                float *tmp);
+void inloop_attend_quant_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, size_t dp,
+                                size_t group, int bits, const uint32_t *w, const float *s, const float *b, size_t n,
+                                float *tmp);

@@ -1,0 +1,75 @@
+package mlxbridge
+
+// QuantizedKV is keys or values (B, Hkv, S, D) quantized along the head axis in
+// MLX's affine format (Quantize), D padded with zeros to a multiple of the group
+// size Dp: W (B, Hkv, S, Dp·bits/32) Uint32, Scales and Biases (B, Hkv, S,
+// Dp/group). A quantized KV cache keeps its older positions so (mlx-lm's
+// --kv-bits).
+type QuantizedKV struct{ W, Scales, Biases *Array }
+
+// AttendQuantized is AttendParts whose first part is held quantized: causal
+// attention of q (B, Hq, L, D) over k0, v0 (dequantized and cut back to D)
+// followed by the exact parts ks, vs (B, Hkv, S_i, D), which may be none. Keys and
+// values have q's head size D. It is
+//
+//	AttendParts(q, [Dequantize(k0)[..., :D], ks...], [Dequantize(v0)[..., :D], vs...], scale)
+//
+// which is how a backend without a kernel for it (QuantizedAttender) runs it. A
+// kernel reads each packed key and value once, where it lies: a decode step over
+// an 8-bit cache then reads 28% of the bytes of a float32 one, where the composed
+// form dequantizes the whole cache first. Not differentiable through the kernel.
+func AttendQuantized(q *Array, k0, v0 QuantizedKV, groupSize, bits int, ks, vs []*Array, scale float32) *Array {
+	if len(ks) != len(vs) {
+		return Errorf("attend quantized: %d key parts and %d value parts", len(ks), len(vs))
+	}
+	if e := checkFloat("attend quantized", q); e != nil {
+		return e
+	}
+	if len(q.shape) != 4 {
+		return Errorf("attend quantized: q must be (B,H,L,D), got %s", fmtShape(q.shape))
+	}
+	d := q.shape[3]
+	for _, kv := range []QuantizedKV{k0, v0} {
+		if e := check("attend quantized", kv.W, kv.Scales, kv.Biases, q); e != nil {
+			return e
+		}
+		_, cols, e := quantShape("attend quantized", kv.W, kv.Scales, kv.Biases, groupSize, bits)
+		if e != nil {
+			return e
+		}
+		if len(kv.W.shape) != 4 || kv.W.shape[0] != q.shape[0] || !sameShape(kv.W.shape[:3], k0.W.shape[:3]) ||
+			cols < d || cols-d >= groupSize || kv.Scales.dtype != q.dtype {
+			return Errorf("attend quantized: q %s %s with packed %s (%d columns, scales %s) do not fit",
+				fmtShape(q.shape), q.dtype, fmtShape(kv.W.shape), cols, kv.Scales.dtype)
+		}
+	}
+	dense := func(kv QuantizedKV) *Array {
+		x := Dequantize(kv.W, kv.Scales, kv.Biases, groupSize, bits)
+		if x.err == nil && x.shape[3] != d {
+			x = SliceAxis(x, 3, 0, d)
+		}
+		return x
+	}
+	xs := append(append([]*Array{q, k0.W, k0.Scales, k0.Biases, v0.W, v0.Scales, v0.Biases}, ks...), vs...)
+	if e := check("attend quantized", xs...); e != nil {
+		return e
+	}
+	f, ok := q.b.(QuantizedAttender)
+	if !ok || !f.AttendsQuantized(bits) || traced(xs...) {
+		return AttendParts(q, append([]*Array{dense(k0)}, ks...), append([]*Array{dense(v0)}, vs...), scale)
+	}
+	// The exact parts go through AttendParts' checks on a stand-in first part of
+	// the right shape; nothing is computed for it.
+	sh := []int{q.shape[0], k0.W.shape[1], k0.W.shape[2], d}
+	if len(ks) > 0 {
+		stand := &Array{b: q.b, shape: sh, dtype: q.dtype}
+		if e := checkParts(q, append([]*Array{stand}, ks...), append([]*Array{stand}, vs...)); e != nil {
+			return e
+		}
+	} else if k0.W.shape[1] == 0 || q.shape[1]%k0.W.shape[1] != 0 || q.shape[2] > sh[2] {
+		return Errorf("attend quantized: %d query heads over %d kv heads, %d queries over %d keys", q.shape[1], k0.W.shape[1], q.shape[2], sh[2])
+	}
+	h, err := f.AttendQuantized(q, k0, v0, groupSize, bits, ks, vs, scale)
+	keepAlive(xs)
+	return newArray("attend quantized", q.b, h, err, []int{q.shape[0], q.shape[1], q.shape[2], d}, q.dtype)
+}
