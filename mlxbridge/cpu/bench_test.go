@@ -128,22 +128,28 @@ func BenchmarkQuantizedMatvec(b *testing.B) {
 func BenchmarkAttendParts(b *testing.B) {
 	const hq, hkv, d, tail = 9, 3, 64, 16
 	for _, s := range []int{160, 2048} {
-		for _, c := range []struct {
-			name string
-			be   mx.Backend
-		}{{"fused", New()}, {"composed", composedOnly{New()}}} {
-			b.Run(fmt.Sprintf("s=%d/%s", s, c.name), func(b *testing.B) {
-				q := randArray(c.be, 1, 1, hq, 1, d)
-				ks := []*mx.Array{randArray(c.be, 2, 1, hkv, s-tail, d), randArray(c.be, 3, 1, hkv, tail, d)}
-				vs := []*mx.Array{randArray(c.be, 4, 1, hkv, s-tail, d), randArray(c.be, 5, 1, hkv, tail, d)}
-				for b.Loop() {
-					if err := mx.Eval(mx.AttendParts(q, ks, vs, 0.125)); err != nil {
-						b.Fatal(err)
-					}
+		fusedAndComposed(b, fmt.Sprintf("s=%d", s), func(b *testing.B, be mx.Backend) {
+			q := randArray(be, 1, 1, hq, 1, d)
+			ks := []*mx.Array{randArray(be, 2, 1, hkv, s-tail, d), randArray(be, 3, 1, hkv, tail, d)}
+			vs := []*mx.Array{randArray(be, 4, 1, hkv, s-tail, d), randArray(be, 5, 1, hkv, tail, d)}
+			for b.Loop() {
+				if err := mx.Eval(mx.AttendParts(q, ks, vs, 0.125)); err != nil {
+					b.Fatal(err)
 				}
-				b.ReportMetric(2*2*hq*float64(s*d*b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
-		}
+			}
+			b.ReportMetric(2*2*hq*float64(s*d*b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// fusedAndComposed runs f as a sub-benchmark on the cpu backend as it is and with
+// its fused kernels hidden.
+func fusedAndComposed(b *testing.B, name string, f func(b *testing.B, be mx.Backend)) {
+	for _, c := range []struct {
+		name string
+		be   mx.Backend
+	}{{"fused", New()}, {"composed", composedOnly{New()}}} {
+		b.Run(name+"/"+c.name, func(b *testing.B) { f(b, c.be) })
 	}
 }
 
@@ -153,22 +159,17 @@ func BenchmarkAttendParts(b *testing.B) {
 func BenchmarkAttendQuantized(b *testing.B) {
 	const hq, hkv, d, tail, s = 9, 3, 64, 16, 2048
 	for _, bits := range []int{8, 4} {
-		for _, c := range []struct {
-			name string
-			be   mx.Backend
-		}{{"fused", New()}, {"composed", composedOnly{New()}}} {
-			b.Run(fmt.Sprintf("bits=%d/%s", bits, c.name), func(b *testing.B) {
-				q := randArray(c.be, 1, 1, hq, 1, d)
-				kw, ks, kb := mx.Quantize(randArray(c.be, 2, 1, hkv, s-tail, d), 64, bits)
-				vw, vs, vb := mx.Quantize(randArray(c.be, 3, 1, hkv, s-tail, d), 64, bits)
-				k0, v0 := mx.QuantizedKV{W: kw, Scales: ks, Biases: kb}, mx.QuantizedKV{W: vw, Scales: vs, Biases: vb}
-				k1, v1 := randArray(c.be, 4, 1, hkv, tail, d), randArray(c.be, 5, 1, hkv, tail, d)
-				for b.Loop() {
-					if err := mx.Eval(mx.AttendQuantized(q, k0, v0, 64, bits, []*mx.Array{k1}, []*mx.Array{v1}, 0.125)); err != nil {
-						b.Fatal(err)
-					}
+		fusedAndComposed(b, fmt.Sprintf("bits=%d", bits), func(b *testing.B, be mx.Backend) {
+			q := randArray(be, 1, 1, hq, 1, d)
+			kw, ks, kb := mx.Quantize(randArray(be, 2, 1, hkv, s-tail, d), 64, bits)
+			vw, vs, vb := mx.Quantize(randArray(be, 3, 1, hkv, s-tail, d), 64, bits)
+			k0, v0 := mx.QuantizedKV{W: kw, Scales: ks, Biases: kb}, mx.QuantizedKV{W: vw, Scales: vs, Biases: vb}
+			k1, v1 := randArray(be, 4, 1, hkv, tail, d), randArray(be, 5, 1, hkv, tail, d)
+			for b.Loop() {
+				if err := mx.Eval(mx.AttendQuantized(q, k0, v0, 64, bits, []*mx.Array{k1}, []*mx.Array{v1}, 0.125)); err != nil {
+					b.Fatal(err)
 				}
-			})
-		}
+			}
+		})
 	}
 }
