@@ -1,5 +1,61 @@
 package mlxbridge
 
+// AttendParts is causal attention of q (B, Hq, L, D) over keys and values held
+// in parts, ks[i] (B, Hkv, S_i, D) and vs[i] (B, Hkv, S_i, Dv), taken as if
+// joined along axis 2 (S = ΣS_i): query row i sees keys 0 … S−L+i. It is
+//
+//	ScaledDotProductAttention(q, Concatenate(ks, 2), Concatenate(vs, 2), scale, true, nil)
+//
+// which is how it runs on a backend without a kernel for it (PartsAttender). A
+// decode step's KV cache is such parts, a long frozen part and a short tail:
+// the kernel reads them where they lie, in one op, where the composed form
+// copies them into one buffer first. Meant for a few query rows against many
+// keys; not differentiable through the kernel (traced inputs take the composed
+// path).
+func AttendParts(q *Array, ks, vs []*Array, scale float32) *Array {
+	if len(ks) == 0 || len(ks) != len(vs) {
+		return Errorf("attend parts: %d key parts and %d value parts", len(ks), len(vs))
+	}
+	xs := append(append([]*Array{q}, ks...), vs...)
+	if e := checkFloat("attend parts", xs...); e != nil {
+		return e
+	}
+	if e := checkParts(q, ks, vs); e != nil {
+		return e
+	}
+	f, ok := q.b.(PartsAttender)
+	if !ok || traced(xs...) {
+		return ScaledDotProductAttention(q, Concatenate(ks, 2), Concatenate(vs, 2), scale, true, nil)
+	}
+	h, err := f.AttendParts(q, ks, vs, scale)
+	keepAlive(xs)
+	return newArray("attend parts", q.b, h, err, []int{q.shape[0], q.shape[1], q.shape[2], vs[0].shape[3]}, q.dtype)
+}
+
+// checkParts checks the shapes AttendParts takes: q (B,H,L,D) and parts of one
+// kv-head count, dtype and head sizes, holding at least L keys in all.
+func checkParts(q *Array, ks, vs []*Array) *Array {
+	if len(q.shape) != 4 {
+		return Errorf("attend parts: q must be (B,H,L,D), got %s", fmtShape(q.shape))
+	}
+	s := 0
+	for i := range ks {
+		k, v := ks[i], vs[i]
+		if len(k.shape) != 4 || len(v.shape) != 4 || k.dtype != q.dtype || v.dtype != q.dtype ||
+			k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] || k.shape[1] != ks[0].shape[1] ||
+			!sameShape(v.shape[:3], k.shape[:3]) || v.shape[3] != vs[0].shape[3] {
+			return Errorf("attend parts: q %s %s, part %d keys %s %s, values %s %s do not fit",
+				fmtShape(q.shape), q.dtype, i, fmtShape(k.shape), k.dtype, fmtShape(v.shape), v.dtype)
+		}
+		s += k.shape[2]
+	}
+	hkv := ks[0].shape[1]
+	if hkv == 0 || q.shape[1]%hkv != 0 || q.shape[2] > s {
+		return Errorf("attend parts: %d query heads over %d kv heads, %d queries over %d keys", q.shape[1], hkv, q.shape[2], s)
+	}
+	return nil
+}
+
 // QuantizedKV is keys or values (B, Hkv, S, D) quantized along the head axis in
 // MLX's affine format (Quantize), D padded with zeros to a multiple of the group
 // size Dp: W (B, Hkv, S, Dp·bits/32) Uint32, Scales and Biases (B, Hkv, S,
