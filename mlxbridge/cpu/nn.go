@@ -247,7 +247,7 @@ func (be *Backend) AttendQuantized(q *mx.Array, k0, v0 mx.QuantizedKV, group, bi
 	out := newFZero(b * hq * l * d)
 	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*2*d)), func(lo, hi int) {
 		p := make([]float32, rows*s)
-		qp, qsum, tmp := make([]float32, rows*dp), make([]float32, rows*gs), make([]float32, dp)
+		qp, qsum, tmp := make([]float32, rows*dp), make([]float32, rows*gs), make([]float32, 8*dp)
 		for g := lo; g < hi; g++ {
 			qg, og := qf[g*rows*d:], out[g*rows*d:]
 			for r := range rows {

@@ -286,14 +286,41 @@ static inline void unpack_row(float *restrict dst, const uint32_t *restrict w, s
 // Attention over a quantized part (AttendQuantized): scores p[r·ld + j] = q_r·k_j
 // for keys k_j = scale·int + bias per group. q holds rows of dp values (zero past
 // the head size), qsum their sums per group; w, s, b hold n keys' packed words and
-// their groups' scales and biases. tmp holds dp floats. Per group it is
-// scale·(q·int) + bias·Σq, so a key is unpacked once for all the rows.
+// their groups' scales and biases. tmp holds 8·dp floats. Per group it is
+// scale·(q·int) + bias·Σq. Eight keys at a time are unpacked once for all the
+// rows, and their eight dot products per group summed across lanes at once.
 MULTIVERSION
 void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restrict q, const float *restrict qsum,
                                 size_t rows, size_t dp, size_t group, int bits, const uint32_t *restrict w,
                                 const float *restrict s, const float *restrict b, size_t n, float *restrict tmp) {
-	size_t groups = dp / group, words = dp * bits / 32;
-	for (size_t j = 0; j < n; j++) {
+	size_t groups = dp / group, words = dp * bits / 32, j = 0;
+	for (; j + 8 <= n; j += 8) {
+		for (int t = 0; t < 8; t++) unpack_row(tmp + t * dp, w + (j + t) * words, dp, bits);
+		for (size_t r = 0; r < rows; r++) {
+			const float *qr = q + r * dp;
+			v8f sc = {0};
+			for (size_t g = 0; g < groups; g++) {
+				v8f acc[8] = {0}, dots, sv, bv;
+				for (size_t e = g * group; e < (g + 1) * group; e += 8) {
+					v8f qv, kv;
+					LOAD8(qv, qr + e);
+					for (int t = 0; t < 8; t++) {
+						LOAD8(kv, tmp + t * dp + e);
+						acc[t] += qv * kv;
+					}
+				}
+				sum8(&dots, acc);
+				for (int t = 0; t < 8; t++) {
+					sv[t] = s[(j + t) * groups + g];
+					bv[t] = b[(j + t) * groups + g];
+				}
+				float qs = qsum[r * groups + g];
+				sc += sv * dots + bv * qs;
+			}
+			memcpy(p + r * ld + j, &sc, sizeof sc);
+		}
+	}
+	for (; j < n; j++) {
 		unpack_row(tmp, w + j * words, dp, bits);
 		const float *sj = s + j * groups, *bj = b + j * groups;
 		for (size_t r = 0; r < rows; r++) {
