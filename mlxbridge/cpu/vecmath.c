@@ -157,6 +157,36 @@ static inline void sum8(v8f *sum, const v8f a[8]) {
 // LOAD8 reads 8 floats at p, aligned or not, into the v8f v.
 #define LOAD8(v, p) memcpy(&(v), (p), sizeof(v8f))
 
+// q·k over n values in 8 lanes, the lanes then added pairwise.
+static inline float dot8(const float *a, const float *b, size_t n) {
+	v8f acc = {0};
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		v8f x, y;
+		LOAD8(x, a + i);
+		LOAD8(y, b + i);
+		acc += x * y;
+	}
+	float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+	for (; i < n; i++) sum += a[i] * b[i];
+	return sum;
+}
+
+// Eight dot products at once: dots[t] = Σ_{e0 ≤ e < e1} q[e]·k[t·stride + e], each
+// in 8 lanes and all eight summed across lanes together (e1 − e0 a multiple of 8).
+static inline void dot8x8(v8f *dots, const float *q, const float *k, size_t stride, size_t e0, size_t e1) {
+	v8f acc[8] = {0};
+	for (size_t e = e0; e < e1; e += 8) {
+		v8f qv, kv;
+		LOAD8(qv, q + e);
+		for (int t = 0; t < 8; t++) {
+			LOAD8(kv, k + t * stride + e);
+			acc[t] += qv * kv;
+		}
+	}
+	sum8(dots, acc);
+}
+
 // Attention over keys held in parts, one part at a time (AttendParts). Scores:
 // p[r·ld + j] = q_r·k_j for rows r of q (rows, d) and keys j of k (s, d). Eight
 // keys at a time, held in L1 while every row passes over them; each dot product
@@ -170,38 +200,15 @@ void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q,
 		const float *kj = k + j * d;
 		for (size_t r = 0; r < rows; r++) {
 			const float *qr = q + r * d;
-			v8f acc[8] = {0};
-			for (size_t e = 0; e < d8; e += 8) {
-				v8f qv, kv;
-				LOAD8(qv, qr + e);
-				for (int t = 0; t < 8; t++) {
-					LOAD8(kv, kj + t * d + e);
-					acc[t] += qv * kv;
-				}
-			}
 			v8f sum;
-			sum8(&sum, acc);
+			dot8x8(&sum, qr, kj, d, 0, d8);
 			for (size_t e = d8; e < d; e++)
 				for (int t = 0; t < 8; t++) sum[t] += qr[e] * kj[t * d + e];
 			memcpy(p + r * ld + j, &sum, sizeof sum);
 		}
 	}
-	for (; j < s; j++) {
-		const float *kj = k + j * d;
-		for (size_t r = 0; r < rows; r++) {
-			const float *qr = q + r * d;
-			v8f acc = {0};
-			for (size_t e = 0; e < d8; e += 8) {
-				v8f qv, kv;
-				LOAD8(qv, qr + e);
-				LOAD8(kv, kj + e);
-				acc += qv * kv;
-			}
-			float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-			for (size_t e = d8; e < d; e++) sum += qr[e] * kj[e];
-			p[r * ld + j] = sum;
-		}
-	}
+	for (; j < s; j++)
+		for (size_t r = 0; r < rows; r++) p[r * ld + j] = dot8(q + r * d, k + j * d, d);
 }
 
 // Values: out_r += Σ_j p[r·ld + j]·v_j for rows r of out (rows, dv) and values j of
@@ -242,21 +249,6 @@ void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const flo
 				for (size_t c = d16; c < dv; c++) out[r * dv + c] += pr * v[j * dv + c];
 			}
 	}
-}
-
-// q·k over n values in 8 lanes, the lanes then added pairwise.
-static inline float dot8(const float *a, const float *b, size_t n) {
-	v8f acc = {0};
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		v8f x, y;
-		LOAD8(x, a + i);
-		LOAD8(y, b + i);
-		acc += x * y;
-	}
-	float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-	for (; i < n; i++) sum += a[i] * b[i];
-	return sum;
 }
 
 // A packed row's n values at `bits` (2, 4 or 8; LSB first, as MLX packs them) as floats.
@@ -300,16 +292,8 @@ void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restr
 			const float *qr = q + r * dp;
 			v8f sc = {0};
 			for (size_t g = 0; g < groups; g++) {
-				v8f acc[8] = {0}, dots, sv, bv;
-				for (size_t e = g * group; e < (g + 1) * group; e += 8) {
-					v8f qv, kv;
-					LOAD8(qv, qr + e);
-					for (int t = 0; t < 8; t++) {
-						LOAD8(kv, tmp + t * dp + e);
-						acc[t] += qv * kv;
-					}
-				}
-				sum8(&dots, acc);
+				v8f dots, sv, bv;
+				dot8x8(&dots, qr, tmp, dp, g * group, (g + 1) * group);
 				for (int t = 0; t < 8; t++) {
 					sv[t] = s[(j + t) * groups + g];
 					bv[t] = b[(j + t) * groups + g];
