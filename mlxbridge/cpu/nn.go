@@ -185,54 +185,51 @@ const attendGrain = 1 << 15
 // part's values weighted by its slice of the probabilities. Each key and value is
 // read once, where it lies; groups run in parallel when there is enough work.
 func (be *Backend) AttendParts(q *mx.Array, ks, vs []*mx.Array, scale float32) (mx.Handle, error) {
-	qs := q.Shape()
-	b, hq, l, d := qs[0], qs[1], qs[2], qs[3]
-	hkv, dv := ks[0].Dim(1), vs[0].Dim(3)
-	rows := hq / hkv * l
-	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
-	s := 0
-	for i := range ks {
-		kf[i], vf[i], sz[i] = h(ks[i]).f, h(vs[i]).f, ks[i].Dim(2)
-		s += sz[i]
-	}
-	qf := h(q).f
-	out := newFZero(b * hq * l * dv)
-	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*(d+dv))), func(lo, hi int) {
-		p := make([]float32, rows*s)
-		for g := lo; g < hi; g++ {
-			qg, og := qf[g*rows*d:], out[g*rows*dv:]
-			off := 0
-			for i := range ks {
-				attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
-				off += sz[i]
-			}
-			for r := 0; r < rows; r += l { // each query head's l rows: row i sees s−l+1+i keys
-				softmaxCausalRows(p[r*s:], l, s, s-l+1, scale)
-			}
-			off = 0
-			for i := range vs {
-				attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
-				off += sz[i]
-			}
-		}
-	})
-	roundTo(q.DType(), out)
-	return fbuf(out), nil
+	return attend(q, nil, nil, ks, vs, scale), nil
 }
 
 // AttendsQuantized reports the widths AttendQuantized has a kernel for.
 func (be *Backend) AttendsQuantized(bits int) bool { return bits == 2 || bits == 4 || bits == 8 }
 
-// AttendQuantized is AttendParts with a quantized first part: each (batch, kv head)
-// group's query rows, zero-padded to the packed head size and summed per group,
-// score every packed key as it is unpacked, then the exact parts; one causal
-// softmax; then every value, packed ones dequantized once as they are read.
+// AttendQuantized is AttendParts with a quantized first part: each group's query
+// rows, zero-padded to the packed head size and summed per group, score every
+// packed key as it is unpacked, and every packed value is dequantized once as it
+// is read.
 func (be *Backend) AttendQuantized(q *mx.Array, k0, v0 mx.QuantizedKV, group, bits int, ks, vs []*mx.Array, scale float32) (mx.Handle, error) {
+	return attend(q, newQuantPart(k0, group, bits), newQuantPart(v0, group, bits), ks, vs, scale), nil
+}
+
+// quantPart is a quantized first part of attend's keys or values in flat slices:
+// n positions a head, dp values a position (the head size padded to the group).
+type quantPart struct {
+	w                              []uint32
+	s, b                           []float32
+	hkv, n, dp, group, bits, words int
+}
+
+func newQuantPart(kv mx.QuantizedKV, group, bits int) *quantPart {
+	dp := kv.W.Dim(3) * 32 / bits
+	return &quantPart{w: h(kv.W).u, s: h(kv.Scales).f, b: h(kv.Biases).f,
+		hkv: kv.W.Dim(1), n: kv.W.Dim(2), dp: dp, group: group, bits: bits, words: kv.W.Dim(3)}
+}
+
+// head returns group g's words, scales and biases.
+func (p *quantPart) head(g int) ([]uint32, []float32, []float32) {
+	gs := p.dp / p.group
+	return p.w[g*p.n*p.words:], p.s[g*p.n*gs:], p.b[g*p.n*gs:]
+}
+
+// attend is AttendParts, after a quantized first part kq, vq when they are not nil
+// (AttendQuantized; values then have q's head size).
+func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *buf {
 	qs := q.Shape()
 	b, hq, l, d := qs[0], qs[1], qs[2], qs[3]
-	hkv, s0 := k0.W.Dim(1), k0.W.Dim(2)
-	dp := k0.W.Dim(3) * 32 / bits
-	gs := dp / group
+	var hkv, dv, s0 int
+	if kq != nil {
+		hkv, dv, s0 = kq.hkv, d, kq.n
+	} else {
+		hkv, dv = ks[0].Dim(1), vs[0].Dim(3)
+	}
 	rows := hq / hkv * l
 	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
 	s := s0
@@ -241,44 +238,51 @@ func (be *Backend) AttendQuantized(q *mx.Array, k0, v0 mx.QuantizedKV, group, bi
 		s += sz[i]
 	}
 	qf := h(q).f
-	kw, ksc, kb := h(k0.W).u, h(k0.Scales).f, h(k0.Biases).f
-	vw, vsc, vb := h(v0.W).u, h(v0.Scales).f, h(v0.Biases).f
-	words := dp * bits / 32
-	out := newFZero(b * hq * l * d)
-	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*2*d)), func(lo, hi int) {
+	out := newFZero(b * hq * l * dv)
+	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*(d+dv))), func(lo, hi int) {
 		p := make([]float32, rows*s)
-		qp, qsum, tmp := make([]float32, rows*dp), make([]float32, rows*gs), make([]float32, 8*dp)
+		var qp, qsum, tmp []float32
+		if kq != nil {
+			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, 8*kq.dp)
+		}
 		for g := lo; g < hi; g++ {
-			qg, og := qf[g*rows*d:], out[g*rows*d:]
-			for r := range rows {
-				copy(qp[r*dp:r*dp+d], qg[r*d:(r+1)*d])
-				for k := range gs {
-					var sum float32
-					for _, v := range qp[r*dp+k*group : r*dp+(k+1)*group] {
-						sum += v
+			qg, og := qf[g*rows*d:], out[g*rows*dv:]
+			if kq != nil {
+				dp, gs := kq.dp, kq.dp/kq.group
+				for r := range rows { // zero past d since made, never written there
+					copy(qp[r*dp:r*dp+d], qg[r*d:(r+1)*d])
+					for k := range gs {
+						var sum float32
+						for _, v := range qp[r*dp+k*kq.group : r*dp+(k+1)*kq.group] {
+							sum += v
+						}
+						qsum[r*gs+k] = sum
 					}
-					qsum[r*gs+k] = sum
 				}
+				w, sc, bi := kq.head(g)
+				attendQuantScores(p, s, qp, qsum, rows, dp, kq.group, kq.bits, w, sc, bi, s0, tmp)
 			}
-			attendQuantScores(p, s, qp, qsum, rows, dp, group, bits, kw[g*s0*words:], ksc[g*s0*gs:], kb[g*s0*gs:], s0, tmp)
 			off := s0
 			for i := range ks {
 				attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
 				off += sz[i]
 			}
-			for r := 0; r < rows; r += l {
+			for r := 0; r < rows; r += l { // each query head's l rows: row i sees s−l+1+i keys
 				softmaxCausalRows(p[r*s:], l, s, s-l+1, scale)
 			}
-			attendQuantValues(og, rows, d, p, s, dp, group, bits, vw[g*s0*words:], vsc[g*s0*gs:], vb[g*s0*gs:], s0, tmp)
+			if vq != nil {
+				w, sc, bi := vq.head(g)
+				attendQuantValues(og, rows, dv, p, s, vq.dp, vq.group, vq.bits, w, sc, bi, s0, tmp)
+			}
 			off = s0
 			for i := range vs {
-				attendValues(og, rows, d, p[off:], s, vf[i][g*sz[i]*d:], sz[i])
+				attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
 				off += sz[i]
 			}
 		}
 	})
 	roundTo(q.DType(), out)
-	return fbuf(out), nil
+	return fbuf(out)
 }
 
 // SDPAVJP is attention's backward pass. With P recomputed per head:
