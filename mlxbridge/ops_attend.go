@@ -78,6 +78,10 @@ func AttendQuantized(q *Array, k0, v0 QuantizedKV, groupSize, bits int, ks, vs [
 	if len(ks) != len(vs) {
 		return Errorf("attend quantized: %d key parts and %d value parts", len(ks), len(vs))
 	}
+	xs := append(append([]*Array{q, k0.W, k0.Scales, k0.Biases, v0.W, v0.Scales, v0.Biases}, ks...), vs...)
+	if e := check("attend quantized", xs...); e != nil {
+		return e
+	}
 	if e := checkFloat("attend quantized", q); e != nil {
 		return e
 	}
@@ -86,9 +90,6 @@ func AttendQuantized(q *Array, k0, v0 QuantizedKV, groupSize, bits int, ks, vs [
 	}
 	d := q.shape[3]
 	for _, kv := range []QuantizedKV{k0, v0} {
-		if e := check("attend quantized", kv.W, kv.Scales, kv.Biases, q); e != nil {
-			return e
-		}
 		_, cols, e := quantShape("attend quantized", kv.W, kv.Scales, kv.Biases, groupSize, bits)
 		if e != nil {
 			return e
@@ -106,24 +107,15 @@ func AttendQuantized(q *Array, k0, v0 QuantizedKV, groupSize, bits int, ks, vs [
 		}
 		return x
 	}
-	xs := append(append([]*Array{q, k0.W, k0.Scales, k0.Biases, v0.W, v0.Scales, v0.Biases}, ks...), vs...)
-	if e := check("attend quantized", xs...); e != nil {
-		return e
-	}
 	f, ok := q.b.(QuantizedAttender)
 	if !ok || !f.AttendsQuantized(bits) || traced(xs...) {
 		return AttendParts(q, append([]*Array{dense(k0)}, ks...), append([]*Array{dense(v0)}, vs...), scale)
 	}
-	// The exact parts go through AttendParts' checks on a stand-in first part of
-	// the right shape; nothing is computed for it.
-	sh := []int{q.shape[0], k0.W.shape[1], k0.W.shape[2], d}
-	if len(ks) > 0 {
-		stand := &Array{b: q.b, shape: sh, dtype: q.dtype}
-		if e := checkParts(q, append([]*Array{stand}, ks...), append([]*Array{stand}, vs...)); e != nil {
-			return e
-		}
-	} else if k0.W.shape[1] == 0 || q.shape[1]%k0.W.shape[1] != 0 || q.shape[2] > sh[2] {
-		return Errorf("attend quantized: %d query heads over %d kv heads, %d queries over %d keys", q.shape[1], k0.W.shape[1], q.shape[2], sh[2])
+	// The parts go through AttendParts' checks, the quantized one as a stand-in of
+	// its dequantized shape; nothing is computed for it.
+	stand := &Array{b: q.b, shape: []int{q.shape[0], k0.W.shape[1], k0.W.shape[2], d}, dtype: q.dtype}
+	if e := checkParts(q, append([]*Array{stand}, ks...), append([]*Array{stand}, vs...)); e != nil {
+		return e
 	}
 	h, err := f.AttendQuantized(q, k0, v0, groupSize, bits, ks, vs, scale)
 	keepAlive(xs)
