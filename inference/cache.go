@@ -21,9 +21,8 @@ import (
 // once; the tail joins the frozen part once it reaches about √(2·S) positions, which
 // keeps the amortized copying per token at O(√S) positions.
 //
-// A decode step attends to both parts at once with mx.AttendParts, which the cpu
-// backend runs in one pass over the keys and values where they lie (composed, it
-// would join them first). A multi-token prefill joins everything into the frozen
+// That attention is mx.AttendParts, which the cpu backend runs in one pass over
+// the keys and values where they lie (composed, it would join them first). A multi-token prefill joins everything into the frozen
 // part and runs the fused causal attention kernel.
 //
 // On a lazy backend (MLX) an exact cache is laid out as mlx-lm lays out its own
@@ -40,8 +39,8 @@ import (
 // head (MLX's affine format along the head dimension, as mlx-lm's --kv-bits keeps
 // its cache), and a decode step reads the packed keys and values where they lie:
 // mx.AttendQuantized where the backend has a kernel for it (the cpu backend, at 2, 4
-// and 8 bits), else quantized products with one matrix per head (attendPacked). The tail, the most recent
-// positions, stays exact until it joins.
+// and 8 bits), else quantized products with one matrix per head (attendPacked). The
+// tail, the most recent positions, stays exact until it joins.
 type Cache struct {
 	layers []LayerCache
 	opts   CacheOptions
