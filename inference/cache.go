@@ -22,8 +22,9 @@ import (
 // keeps the amortized copying per token at O(√S) positions.
 //
 // That attention is mx.AttendParts, which the cpu backend runs in one pass over
-// the keys and values where they lie (composed, it would join them first). A multi-token prefill joins everything into the frozen
-// part and runs the fused causal attention kernel.
+// the keys and values where they lie (composed, it would join them first). A
+// multi-token prefill joins everything into the frozen part and runs the fused
+// causal attention kernel.
 //
 // On a lazy backend (MLX) an exact cache is laid out as mlx-lm lays out its own
 // instead: one buffer per layer for keys and one for values, (B, Hkv, capacity,
