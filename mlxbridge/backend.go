@@ -158,6 +158,10 @@ type (
 	CumSummer interface {
 		CumSum(x *Array, reverse bool) (Handle, error)
 	}
+	// Compacter holds float16 and bfloat16 arrays two bytes a value (Compact).
+	Compacter interface {
+		Compact(x *Array) (Handle, error)
+	}
 	// PartsAttender runs AttendParts without joining the parts: the shapes are
 	// checked, at least one part, all of q's dtype.
 	PartsAttender interface {

@@ -29,6 +29,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("QuantizedBatched", s.quantizedBatched)
 	t.Run("Optimizer", s.optimizer)
 	t.Run("Sorting", s.sorting)
+	t.Run("Compact", s.compact)
 	t.Run("XOR", s.xor)
 }
 

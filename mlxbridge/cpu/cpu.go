@@ -10,9 +10,12 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/qmm"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
 func init() {
@@ -33,12 +36,14 @@ func (*Backend) Name() string { return "cpu" }
 
 // buf holds an array's data. Exactly one slice is used, chosen by dtype: f for the
 // float dtypes (Float16/BFloat16 values are kept rounded to their precision), i for
-// Int32, u for Uint32, b for Uint8 and Bool.
+// Int32, u for Uint32, b for Uint8 and Bool. A compact Float16/BFloat16 array (Compact)
+// holds its values' bits in s instead.
 type buf struct {
 	f []float32
 	i []int32
 	u []uint32
 	b []uint8
+	s []uint16
 }
 
 // newBuf allocates n zeroed elements in the slice dt uses.
@@ -54,7 +59,44 @@ func newBuf(dt mx.DType, n int) *buf {
 	return &buf{f: make([]float32, n)}
 }
 
-func h(a *mx.Array) *buf { return a.Handle().(*buf) }
+// h returns a's data for reading, a compact array's widened to float32 in a fresh buffer.
+// That buffer is Go memory, so a kernel holding only its slice keeps it alive. Kernels
+// that read compact arrays at their width (MatMul, Take) use raw instead.
+func h(a *mx.Array) *buf {
+	b := raw(a)
+	if b.s != nil {
+		f := make([]float32, len(b.s))
+		qmm.HalfWiden(f, b.s, a.DType() == mx.Float16)
+		return &buf{f: f}
+	}
+	return b
+}
+
+// raw returns a's data as held.
+func raw(a *mx.Array) *buf { return a.Handle().(*buf) }
+
+// Compact holds a Float16/BFloat16 array's values two bytes each, in a buffer from the
+// same pool as the float ones (half as many floats, viewed as uint16).
+func (be *Backend) Compact(x *mx.Array) (mx.Handle, error) {
+	src := raw(x)
+	if src.s != nil {
+		return src, nil
+	}
+	n := len(src.f)
+	f := newF((n + 1) / 2)
+	b := fbuf(f)
+	b.f, b.s = nil, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(f))), n)[:n:n]
+	narrow := safetensors.Float32ToFloat16 // exact: the values are already rounded
+	if x.DType() == mx.BFloat16 {
+		narrow = safetensors.Float32ToBFloat16
+	}
+	parallel(n, 1<<14, func(lo, hi int) {
+		for i, v := range src.f[lo:hi] {
+			b.s[lo+i] = narrow(v)
+		}
+	})
+	return b, nil
+}
 
 // Memory reports what the process holds for computation: the bytes of live arrays
 // (counted one array at a time), the free list kept for reuse, and the Go heap that
@@ -111,7 +153,7 @@ func (be *Backend) Data(a *mx.Array) (any, error) {
 }
 
 // Reshape shares the buffer: arrays are immutable and contiguous.
-func (be *Backend) Reshape(x *mx.Array, shape []int) (mx.Handle, error) { return h(x), nil }
+func (be *Backend) Reshape(x *mx.Array, shape []int) (mx.Handle, error) { return raw(x), nil }
 
 // roundTo keeps Float16/BFloat16 results at their storage precision.
 func roundTo(dt mx.DType, v []float32) {
@@ -280,5 +322,6 @@ var (
 	_ mx.Sorter            = (*Backend)(nil)
 	_ mx.CumSummer         = (*Backend)(nil)
 	_ mx.PartsAttender     = (*Backend)(nil)
+	_ mx.Compacter         = (*Backend)(nil)
 	_ mx.QuantizedAttender = (*Backend)(nil)
 )

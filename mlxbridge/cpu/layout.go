@@ -4,11 +4,11 @@ import (
 	"fmt"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/qmm"
 )
 
 func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, error) {
 	as, bs := a.Shape(), b.Shape()
-	af, bf := h(a).f, h(b).f
 	m, n := out[len(out)-2], out[len(out)-1]
 	k := as[len(as)-1]
 	if ta {
@@ -20,6 +20,18 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 	if nb == 0 || m == 0 || n == 0 || k == 0 {
 		return fbuf(newFZero(numel(out))), nil
 	}
+	// x (..., M, K) @ a compact w with no batch: the 16-bit kernels, which read w at its
+	// width (a 16-bit checkpoint's layers, and their backward pass).
+	if w := raw(b); w.s != nil && !ta && numel(bs[:len(bs)-2]) == 1 && numel(as[:len(as)-2]) == nb {
+		res, x, f16 := newF(numel(out)), h(a).f, b.DType() == mx.Float16
+		if tb { // w (N, K)
+			qmm.HalfMatMulT(res, x, nb*m, k, w.s, n, f16)
+		} else { // w (K, N): x @ w
+			qmm.HalfMatMul(res, x, nb*m, k, w.s, n, f16)
+		}
+		return fbuf(res), nil
+	}
+	af, bf := h(a).f, h(b).f
 	res := newF(numel(out)) // sgemm with beta 0 overwrites every element
 	// One row times a matrix (decode): a matrix-vector product.
 	if !ta && nb*m == 1 && numel(bs[:len(bs)-2]) == 1 {
@@ -175,6 +187,12 @@ func (be *Backend) Take(x, idx *mx.Array, axis int) (mx.Handle, error) {
 			r.b = takeRows(src.b, ids, outer, n, inner)
 		}
 		return r, nil
+	}
+	if c := raw(x); c.s != nil { // a compact table: widen only the rows taken
+		rows := takeRows(c.s, ids, outer, n, inner)
+		f := make([]float32, len(rows))
+		qmm.HalfWiden(f, rows, x.DType() == mx.Float16)
+		return &buf{f: f}, nil
 	}
 	return &buf{f: takeRows(h(x).f, ids, outer, n, inner)}, nil
 }

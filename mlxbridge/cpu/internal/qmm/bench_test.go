@@ -288,3 +288,82 @@ func BenchmarkDequantTiles(b *testing.B) {
 		})
 	}
 }
+
+// halfCopies is enough copies of a 16-bit W (N, K) to stream from memory, as newBenchWeights.
+func halfCopies(N, K int) [][]uint16 {
+	n := max(1, streamBytes/(2*N*K))
+	rng := rand.New(rand.NewPCG(5, 5))
+	out := make([][]uint16, n)
+	for i := range out {
+		out[i] = randomHalf(rng, N*K, false, 0.05)
+	}
+	return out
+}
+
+// BenchmarkHalfMatVec is decoding's product over a bfloat16 W streamed from memory, against
+// sgemv over the same W in float32 (twice the bytes): GB/s of weights read.
+func BenchmarkHalfMatVec(b *testing.B) {
+	bw := twoThreadBandwidth()
+	for _, shape := range [][2]int{{1024, 1024}, {3072, 1024}, {1024, 3072}, {4096, 4096}} {
+		N, K := shape[0], shape[1]
+		x, out := make([]float32, K), make([]float32, N)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		b.Run(fmt.Sprintf("%dx%d/bf16", N, K), func(b *testing.B) {
+			ws := halfCopies(N, K)
+			i := 0
+			for b.Loop() {
+				HalfMatMulT(out, x, 1, K, ws[i%len(ws)], N, false)
+				i++
+			}
+			gbs := float64(b.N) * float64(2*N*K) / b.Elapsed().Seconds() / 1e9
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(gbs/bw, "of-bandwidth")
+		})
+		b.Run(fmt.Sprintf("%dx%d/f32-sgemv", N, K), func(b *testing.B) {
+			copies := max(1, streamBytes/(4*N*K))
+			ws := make([][]float32, copies)
+			for c := range ws {
+				ws[c] = make([]float32, N*K)
+				for j := range ws[c] {
+					ws[c][j] = float32(j%13) * 0.01
+				}
+			}
+			i := 0
+			for b.Loop() {
+				blas.Sgemv(false, N, K, ws[i%len(ws)], K, x, 0, out)
+				i++
+			}
+			gbs := float64(b.N) * float64(4*N*K) / b.Elapsed().Seconds() / 1e9
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(gbs/bw, "of-bandwidth")
+		})
+	}
+}
+
+// BenchmarkHalfCrossover times the fused kernel against widened tiles and sgemm per row of
+// x, to place halfFusedMax.
+func BenchmarkHalfCrossover(b *testing.B) {
+	for _, shape := range [][2]int{{3072, 1024}, {4096, 4096}} {
+		N, K := shape[0], shape[1]
+		ws := halfCopies(N, K)
+		for _, M := range []int{4, 8, 16, 32, 64} {
+			x, out := make([]float32, M*K), make([]float32, M*N)
+			for _, strategy := range []string{"fused", "tiled"} {
+				b.Run(fmt.Sprintf("%dx%d/M=%d/%s", N, K, M, strategy), func(b *testing.B) {
+					i := 0
+					for b.Loop() {
+						if strategy == "fused" {
+							halfFused(out, x, M, K, ws[i%len(ws)], N, false)
+						} else {
+							halfTiled(out, x, M, K, ws[i%len(ws)], N, false)
+						}
+						i++
+					}
+					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(M), "us/row")
+				})
+			}
+		}
+	}
+}

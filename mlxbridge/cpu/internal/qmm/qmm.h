@@ -70,6 +70,16 @@ void qmm_gemv_avx512(const qmm_w *w, int n0, int n1, const float *x, int ldx, in
                      float *out, int ldo, float *scratch);
 #endif
 
+// W held in 16-bit floats, (N, K) row-major: bfloat16, or IEEE half when f16 (half.c).
+// qmm_half_widen writes n widened values to dst; qmm_half_gemv_t_batch sets
+// out[m*ldo + n] = sum_k x[m*K + k] * w[n][k] for m < M and n in [n0, n1).
+void qmm_half_widen(const uint16_t *w, long n, int f16, float *dst);
+void qmm_half_gemv_t_batch(const uint16_t *w, int K, int f16, const float *x, int M,
+                           int n0, int n1, float *out, int ldo);
+void qmm_half_widen_portable(const uint16_t *w, long n, int f16, float *dst);
+void qmm_half_gemv_t_portable(const uint16_t *w, int K, int f16, const float *x, int ldx, int mb,
+                              int n0, int n1, float *out, int ldo);
+
 // Benchmark helper: sums n floats, to measure the machine's read bandwidth.
 float qmm_sum_floats(const float *a, long n);
 

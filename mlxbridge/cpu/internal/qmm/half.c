@@ -1,0 +1,188 @@
+// Products with a W held in 16-bit floats (bfloat16 or IEEE half), widened to float32 as it
+// is read: a checkpoint's own width, half the bytes of float32 to stream per token.
+//
+// Widening is exact in both formats, so every product equals the one over the float32 copy
+// up to the order of the additions. bfloat16 is the top half of a float32 (a shift). Half
+// floats go through F16C on x86-64 and the compiler's _Float16 elsewhere (a NEON convert on
+// arm64); the portable path below also handles subnormals, infinities and NaNs bit for bit.
+#include "qmm.h"
+
+#include <string.h>
+
+// h2f widens one value.
+static inline float h2f(uint16_t h, int f16) {
+	uint32_t u;
+	float f;
+	if (!f16) {
+		u = (uint32_t)h << 16;
+	} else {
+		uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+		if (exp == 0x1f) { // infinity or NaN
+			u = sign | 0x7f800000 | man << 13;
+		} else if (exp != 0) {
+			u = sign | (exp + 112) << 23 | man << 13;
+		} else if (man == 0) {
+			u = sign;
+		} else { // subnormal: man * 2^-24, exact in float32
+			f = (float)man * 0x1p-24f;
+			memcpy(&u, &f, 4);
+			u |= sign;
+		}
+	}
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+void qmm_half_widen_portable(const uint16_t *w, long n, int f16, float *dst) {
+	if (!f16) { // vectorizes: a shift per value
+		uint32_t *d = (uint32_t *)dst;
+		for (long i = 0; i < n; i++) d[i] = (uint32_t)w[i] << 16;
+		return;
+	}
+	for (long i = 0; i < n; i++) dst[i] = h2f(w[i], 1);
+}
+
+// Rows [n0, n1) of W (row length K) times mb <= 4 rows of x: out[m*ldo + n].
+void qmm_half_gemv_t_portable(const uint16_t *w, int K, int f16, const float *x, int ldx, int mb,
+                              int n0, int n1, float *out, int ldo) {
+	enum { C = 256 };
+	float row[C];
+	for (int n = n0; n < n1; n++) {
+		float acc[4] = {0, 0, 0, 0};
+		for (int k0 = 0; k0 < K; k0 += C) {
+			int kn = K - k0 < C ? K - k0 : C;
+			qmm_half_widen_portable(w + (long)n * K + k0, kn, f16, row);
+			for (int m = 0; m < mb; m++) {
+				const float *xm = x + (long)m * ldx + k0;
+				float s = 0;
+				for (int k = 0; k < kn; k++) s += row[k] * xm[k];
+				acc[m] += s;
+			}
+		}
+		for (int m = 0; m < mb; m++) out[(long)m * ldo + n] = acc[m];
+	}
+}
+
+#ifdef QMM_X86
+#include <immintrin.h>
+
+#define TARGET __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+#ifndef PF
+#define PF 1024
+#endif
+
+TARGET INLINE float hsum8(__m256 v) {
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+TARGET INLINE __m256 widen8(const uint16_t *p, int f16) {
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	if (f16) return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// R rows of W times MB rows of x, 8 columns at a time; the tail of K (K % 8) in scalar.
+#define HGEMV(F16, R, MB)                                                                       \
+	TARGET static void hgemv_##F16##_##R##_##MB(const uint16_t *w, int K, const float *x, int ldx, \
+	                                            int n, float *out, int ldo) {                  \
+		__m256 acc[R][MB];                                                                     \
+		for (int r = 0; r < R; r++)                                                            \
+			for (int m = 0; m < MB; m++) acc[r][m] = _mm256_setzero_ps();                      \
+		const uint16_t *wr = w + (long)n * K;                                                  \
+		int k = 0;                                                                             \
+		for (; k + 8 <= K; k += 8) {                                                           \
+			__m256 wv[R];                                                                      \
+			if ((k & 31) == 0)                                                                 \
+				for (int r = 0; r < R; r++) _mm_prefetch((const char *)(wr + (long)r * K + k) + PF, _MM_HINT_T0); \
+			for (int r = 0; r < R; r++) wv[r] = widen8(wr + (long)r * K + k, F16);             \
+			for (int m = 0; m < MB; m++) {                                                     \
+				__m256 xv = _mm256_loadu_ps(x + (long)m * ldx + k);                            \
+				for (int r = 0; r < R; r++) acc[r][m] = _mm256_fmadd_ps(wv[r], xv, acc[r][m]); \
+			}                                                                                  \
+		}                                                                                      \
+		for (int r = 0; r < R; r++)                                                            \
+			for (int m = 0; m < MB; m++) {                                                     \
+				float s = hsum8(acc[r][m]);                                                    \
+				for (int j = k; j < K; j++) s += h2f(wr[(long)r * K + j], F16) * x[(long)m * ldx + j]; \
+				out[(long)m * ldo + n + r] = s;                                                \
+			}                                                                                  \
+	}
+
+#define HGEMV_ALL(F16) \
+	HGEMV(F16, 4, 1)   \
+	HGEMV(F16, 1, 1)   \
+	HGEMV(F16, 2, 2)   \
+	HGEMV(F16, 1, 2)   \
+	HGEMV(F16, 2, 3)   \
+	HGEMV(F16, 1, 3)   \
+	HGEMV(F16, 2, 4)   \
+	HGEMV(F16, 1, 4)
+HGEMV_ALL(0)
+HGEMV_ALL(1)
+
+typedef void hgemv_fn(const uint16_t *, int, const float *, int, int, float *, int);
+
+// Per MB: the wide kernel (rows per call in rows[]) and its one-row remainder.
+static hgemv_fn *const wide[2][4] = {
+	{hgemv_0_4_1, hgemv_0_2_2, hgemv_0_2_3, hgemv_0_2_4},
+	{hgemv_1_4_1, hgemv_1_2_2, hgemv_1_2_3, hgemv_1_2_4},
+};
+static hgemv_fn *const one[2][4] = {
+	{hgemv_0_1_1, hgemv_0_1_2, hgemv_0_1_3, hgemv_0_1_4},
+	{hgemv_1_1_1, hgemv_1_1_2, hgemv_1_1_3, hgemv_1_1_4},
+};
+
+static void half_gemv_t_avx2(const uint16_t *w, int K, int f16, const float *x, int ldx, int mb,
+                             int n0, int n1, float *out, int ldo) {
+	int R = mb == 1 ? 4 : 2, n = n0;
+	for (; n + R <= n1; n += R) wide[f16][mb - 1](w, K, x, ldx, n, out, ldo);
+	for (; n < n1; n++) one[f16][mb - 1](w, K, x, ldx, n, out, ldo);
+}
+
+TARGET static void half_widen_avx2(const uint16_t *w, long n, int f16, float *dst) {
+	long i = 0;
+	for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(w + i, f16));
+	for (; i < n; i++) dst[i] = h2f(w[i], f16);
+}
+
+static int use_avx2(void) { return qmm_simd() >= 1 && __builtin_cpu_supports("f16c"); }
+#endif
+
+void qmm_half_widen(const uint16_t *w, long n, int f16, float *dst) {
+#ifdef QMM_X86
+	if (use_avx2()) {
+		half_widen_avx2(w, n, f16, dst);
+		return;
+	}
+#endif
+	qmm_half_widen_portable(w, n, f16, dst);
+}
+
+static void half_gemv_t(const uint16_t *w, int K, int f16, const float *x, int ldx, int mb,
+                        int n0, int n1, float *out, int ldo) {
+#ifdef QMM_X86
+	if (use_avx2()) {
+		half_gemv_t_avx2(w, K, f16 != 0, x, ldx, mb, n0, n1, out, ldo);
+		return;
+	}
+#endif
+	qmm_half_gemv_t_portable(w, K, f16, x, ldx, mb, n0, n1, out, ldo);
+}
+
+void qmm_half_gemv_t_batch(const uint16_t *w, int K, int f16, const float *x, int M,
+                           int n0, int n1, float *out, int ldo) {
+	enum { RB = 16 }; // rows of W kept in cache while every block of x passes over them
+	if (M <= 4) {
+		half_gemv_t(w, K, f16, x, K, M, n0, n1, out, ldo);
+		return;
+	}
+	for (int n = n0; n < n1; n += RB) {
+		int ne = n + RB < n1 ? n + RB : n1;
+		for (int m = 0; m < M; m += 4)
+			half_gemv_t(w, K, f16, x + (long)m * K, K, M - m < 4 ? M - m : 4, n, ne, out + (long)m * ldo, ldo);
+	}
+}

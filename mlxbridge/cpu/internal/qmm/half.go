@@ -1,0 +1,122 @@
+package qmm
+
+/*
+#include "qmm.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
+)
+
+// Products with W in 16-bit floats (half.c): a bfloat16 or float16 checkpoint's matrices
+// kept at their own width, so a decode step streams half the bytes a float32 copy would.
+
+// halfFusedMax is the crossover from the fused kernel to widened tiles and sgemm, in rows
+// of x: the fused kernel does one FMA per weight and row, sgemm several times more per
+// cycle once enough rows share each tile. BenchmarkHalfCrossover on a 2-core AVX-512 slice,
+// µs per row fused / tiled: at 3072 × 1024, 68 / 132 at 16 rows, 58 / 82 at 32, 63 / 46 at
+// 64; at 4096 × 4096, 352 / 375 at 32 and 400 / 304 at 64. Accelerate's sgemm takes over
+// early on macOS, as in fusedMax.
+func halfFusedMax() int {
+	if runtime.GOOS == "darwin" {
+		return 4
+	}
+	return 32
+}
+
+func checkHalf(op string, w []uint16, N, K int) {
+	if N < 0 || K <= 0 || len(w) < N*K {
+		panic(fmt.Sprintf("qmm.%s: W (%d, %d) needs %d values, got %d", op, N, K, max(N*K, 0), len(w)))
+	}
+}
+
+func hp(w []uint16) *C.uint16_t { return (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(w))) }
+func fp(v []float32) *C.float   { return (*C.float)(unsafe.Pointer(unsafe.SliceData(v))) }
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// HalfMatMulT sets out = x @ W^T: W is (N, K) in 16-bit floats (bfloat16, or IEEE half
+// when f16), x is (M, K), out is (M, N), all row-major. A few rows of x (decoding) stream W
+// once through a kernel that widens it as it reads, split over cores by rows of W; more
+// rows (prefill, training) widen tiles of W for sgemm. It panics on inconsistent shapes.
+func HalfMatMulT(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
+	checkHalf("HalfMatMulT", w, N, K)
+	if len(x) < M*K || len(out) < M*N || M < 0 {
+		panic(fmt.Sprintf("qmm.HalfMatMulT: x has %d values, out %d, for M=%d K=%d N=%d", len(x), len(out), M, K, N))
+	}
+	if M == 0 || N == 0 {
+		return
+	}
+	if M <= halfFusedMax() {
+		halfFused(out, x, M, K, w, N, f16)
+	} else {
+		halfTiled(out, x, M, K, w, N, f16)
+	}
+}
+
+// halfFused streams W once, split over cores by rows, for all M rows of x.
+func halfFused(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
+	parallel(N, 4, M*K*2, func(n0, n1 int) {
+		C.qmm_half_gemv_t_batch(hp(w), C.int(K), cbool(f16), fp(x), C.int(M), C.int(n0), C.int(n1), fp(out), C.int(N))
+	})
+}
+
+// halfTiled widens W a tile of rows at a time for sgemm: out[:, n0:n1] = x @ tile^T.
+func halfTiled(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
+	T := tileRows(K)
+	buf := getTile(T * K)
+	defer tilePool.Put(buf)
+	for n0 := 0; n0 < N; n0 += T {
+		n1 := min(n0+T, N)
+		HalfWiden(buf[:(n1-n0)*K], w[n0*K:n1*K], f16)
+		blas.Sgemm(false, true, M, n1-n0, K, x, K, buf, K, 0, out[n0:], N)
+	}
+}
+
+// HalfMatMul sets out = x @ W: W is (N, K) as in HalfMatMulT, x is (M, N), out is (M, K).
+// It is the backward of HalfMatMulT with respect to x, one widened tile of W at a time.
+func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
+	checkHalf("HalfMatMul", w, N, K)
+	if len(x) < M*N || len(out) < M*K || M < 0 {
+		panic(fmt.Sprintf("qmm.HalfMatMul: x has %d values, out %d, for M=%d N=%d K=%d", len(x), len(out), M, N, K))
+	}
+	if M == 0 {
+		return
+	}
+	if N == 0 {
+		clear(out[:M*K])
+		return
+	}
+	T := tileRows(K)
+	buf := getTile(T * K)
+	defer tilePool.Put(buf)
+	for n0 := 0; n0 < N; n0 += T {
+		n1 := min(n0+T, N)
+		HalfWiden(buf[:(n1-n0)*K], w[n0*K:n1*K], f16)
+		beta := float32(1)
+		if n0 == 0 {
+			beta = 0
+		}
+		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, buf, K, beta, out, K)
+	}
+}
+
+// HalfWiden sets dst[i] to src[i] widened to float32 (exact), on all cores.
+func HalfWiden(dst []float32, src []uint16, f16 bool) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("qmm.HalfWiden: %d values into %d", len(src), len(dst)))
+	}
+	parallel(len(src), 64, 6, func(lo, hi int) {
+		C.qmm_half_widen(hp(src[lo:]), C.long(hi-lo), cbool(f16), fp(dst[lo:]))
+	})
+}
