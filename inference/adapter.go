@@ -465,7 +465,9 @@ func (m *Model) FuseAdaptersWith(o FuseOptions) ([]string, error) {
 		f := fusedLinear{l: l}
 		switch {
 		case l.Scales == nil:
-			f.weight = mx.Add(l.Weight, mx.AsType(delta, l.Weight.DType()))
+			// In the weight's dtype, as mlx-lm fuses; a 16-bit result is kept
+			// compact, as the loader keeps such weights (LoadOptions.DType).
+			f.weight = mx.Compact(mx.Add(l.Weight, mx.AsType(delta, l.Weight.DType())))
 		case dequantize: // dense in the scales' dtype, as mx.dequantize gives it
 			f.weight = mx.Add(mx.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits), mx.AsType(delta, l.Scales.DType()))
 		default:

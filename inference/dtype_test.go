@@ -1,14 +1,18 @@
 package inference
 
 import (
+	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // --dtype: float32 (the default) and the half types cast every float tensor,
-// quantized scales and biases included; auto keeps the checkpoint's own.
+// quantized scales and biases included; auto keeps the checkpoint's own. The one
+// exception is float32 over a 16-bit checkpoint on the cpu backend, which keeps the
+// weight matrices compact (TestCompactWeights).
 func TestLoadDType(t *testing.T) {
 	b := cpu(t)
 	for _, tc := range []struct {
@@ -36,7 +40,11 @@ func TestLoadDType(t *testing.T) {
 			t.Fatalf("%s --dtype %s: %v", tc.folder, tc.flag, err)
 		}
 		for name, a := range m.Params() {
-			if a.DType() != mx.Uint32 && a.DType() != tc.want {
+			want := tc.want
+			if (tc.flag == "" || tc.flag == "float32") && isMatrix(name, a) {
+				want = mx.BFloat16
+			}
+			if a.DType() != mx.Uint32 && a.DType() != want {
 				t.Errorf("%s --dtype %q: %s is %s, want %s", tc.folder, tc.flag, name, a.DType(), tc.want)
 			}
 		}
@@ -78,6 +86,105 @@ func TestParamCountAsMlxLM(t *testing.T) {
 		}
 		if got := q.ParamCount(); got != sum {
 			t.Errorf("%s: ParamCount %d, want %d (the dense count)", pair[1], got, sum)
+		}
+	}
+}
+
+// isMatrix reports whether a checkpoint tensor is a weight matrix (a linear layer's
+// or an embedding table), what a float32 load keeps compact.
+func isMatrix(name string, a *mx.Array) bool {
+	return a.Ndim() == 2 && strings.HasSuffix(name, ".weight")
+}
+
+// A 16-bit checkpoint loaded as float32 on the cpu backend keeps its weight matrices
+// compact, and computes what the widened float32 weights compute: the same logits and
+// decode steps, and the same gradients through every product's backward pass, up to
+// float32 rounding. The norms and the activations stay float32.
+func TestCompactWeights(t *testing.T) {
+	b := cpu(t)
+	mx.SetDefault(b)
+	for _, folder := range []string{"llama3-bf16", "qwen3-bf16"} {
+		dir := filepath.Join("testdata", "models", folder)
+		compact, err := Load(dir, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wide, err := LoadWithOptions(dir, b, LoadOptions{WidenWeights: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		matrices := 0
+		for name, a := range compact.Params() {
+			want := mx.Float32
+			if isMatrix(name, a) {
+				want, matrices = mx.BFloat16, matrices+1
+			}
+			if a.DType() != want {
+				t.Errorf("%s: %s is %s, want %s", folder, name, a.DType(), want)
+			}
+			if w := wide.Params()[name]; w.DType() != mx.Float32 {
+				t.Errorf("%s widened: %s is %s", folder, name, w.DType())
+			}
+		}
+		if matrices == 0 {
+			t.Fatalf("%s: no weight matrix kept compact", folder)
+		}
+		near := func(what string, got, want *mx.Array) {
+			t.Helper()
+			g, w := floats(t, got), floats(t, want)
+			spread := 0.0
+			for _, v := range w {
+				spread = max(spread, math.Abs(float64(v)))
+			}
+			if got.DType() != mx.Float32 {
+				t.Errorf("%s %s: %s, want float32", folder, what, got.DType())
+			}
+			if d := maxAbsDiff(g, w); d > 1e-5*spread {
+				t.Errorf("%s %s: max |Δ| %g over values up to %g", folder, what, d, spread)
+			}
+		}
+		ids, _ := compact.Tokens(parityTokens...)
+		near("logits", compact.Forward(ids, nil), wide.Forward(ids, nil))
+
+		// Prefill, then decode one token at a time (the one-row kernel).
+		seq := tokenSeq(12, compact.cfg.VocabSize, 4)
+		sc, sw := NewSession(compact), NewSession(wide)
+		lc, _, err := sc.Prefill(seq[:6])
+		if err != nil {
+			t.Fatal(err)
+		}
+		lw, _, _ := sw.Prefill(seq[:6])
+		near("prefill", lc, lw)
+		for _, tok := range seq[6:] {
+			lc, _, err = sc.Prefill([]int{tok})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lw, _, _ = sw.Prefill([]int{tok})
+			near("decode step", lc, lw)
+		}
+
+		// Gradients with respect to norm weights pass back through every product.
+		names := []string{"model.norm.weight", "model.layers.0.input_layernorm.weight"}
+		grads := func(m *Model) []*mx.Array {
+			targets := mx.FromData(b, mx.Int32, []int32{3, 1, 4, 1, 5, 9, 2, 6}, 1, 8)
+			x, _ := m.Tokens(seq[:8])
+			params := []*mx.Array{m.Params()[names[0]], m.Params()[names[1]]}
+			_, g, err := mx.ValueAndGrad(func(ps []*mx.Array) []*mx.Array {
+				mm, err := m.WithParams(map[string]*mx.Array{names[0]: ps[0], names[1]: ps[1]})
+				if err != nil {
+					return []*mx.Array{mx.Errorf("%v", err)}
+				}
+				return []*mx.Array{mx.Mean(mx.CrossEntropy(mm.Forward(x, nil), targets), nil, false)}
+			}, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		gc, gw := grads(compact), grads(wide)
+		for i := range names {
+			near("gradient of "+names[i], gc[i], gw[i])
 		}
 	}
 }

@@ -62,7 +62,7 @@ func (e *Embedding) quantized() bool { return e.Scales != nil }
 // gathered packed, then only the gathered rows are dequantized.
 func (e *Embedding) Forward(ids *mx.Array) *mx.Array {
 	if !e.quantized() {
-		return mx.Take(e.Weight, ids, 0)
+		return mx.AsType(mx.Take(e.Weight, ids, 0), e.dtype)
 	}
 	rows := mx.Take(e.Weight, ids, 0)
 	s, b := mx.Take(e.Scales, ids, 0), mx.Take(e.Biases, ids, 0)

@@ -113,7 +113,16 @@ type LoadOptions struct {
 	// DType is the float type weights become when KeepDType is off: Float32 (the
 	// zero value), BFloat16 or Float16. Quantized weights stay packed; their scales
 	// and biases take this type too, as mlx_lm.convert --dtype casts them.
+	//
+	// With Float32, a bfloat16 or float16 checkpoint's weight matrices stay at their
+	// width on a backend that multiplies them so (mx.Compact: the cpu backend), and
+	// are widened as the products read them: half the memory of float32 weights, and
+	// decoding streams half the bytes. Activations, norms and biases are float32 as
+	// before, and every product equals the widened one up to float32 rounding.
 	DType mx.DType
+	// WidenWeights widens those matrices to float32 at load instead, as before
+	// compact weights: for comparisons, and for code that wants float32 weights.
+	WidenWeights bool
 }
 
 // DTypeNames are the spellings ParseDType accepts, for help texts.
@@ -167,7 +176,11 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 	if !opts.KeepDType && !opts.DType.IsFloat() {
 		return nil, fmt.Errorf("inference: load dtype %s is not a float type", opts.DType)
 	}
-	bd := newBinder(&dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType, dtype: opts.DType}, &m.cfg)
+	src := &dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType, dtype: opts.DType}
+	_, compacts := b.(mx.Compacter)
+	src.compact = compacts && !opts.KeepDType && opts.DType == mx.Float32 && !opts.WidenWeights
+	bd := newBinder(src, &m.cfg)
+	bd.floatRows = src.compact
 	if err := m.bind(bd); err != nil {
 		return nil, err
 	}
@@ -268,6 +281,9 @@ func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
 	if err := cp.bind(newBinder(src, &cp.cfg)); err != nil {
 		return nil, err
 	}
+	// The activations' dtype is the model's, not its table's: a compact 16-bit
+	// table under float32 activations (LoadOptions.DType).
+	cp.Embed.dtype = m.Embed.dtype
 	// Adapters are not weights of the base model; they ride along unchanged.
 	st := m.adapterState()
 	cp.ad.keep, cp.ad.history = 0, nil

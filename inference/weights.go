@@ -50,6 +50,9 @@ type binder struct {
 	src  source
 	cfg  *Config
 	used map[string]bool
+	// floatRows makes a dense embedding give float32 rows whatever its table's
+	// dtype: the table may be a compact 16-bit one under float32 activations.
+	floatRows bool
 }
 
 func newBinder(src source, cfg *Config) *binder {
@@ -157,6 +160,9 @@ func (b *binder) embedding(path string, e *Embedding) error {
 	e.Weight, err = b.tensor(path+".weight", []int{e.Vocab, e.Dim}, isFloat, "a float type")
 	if err == nil {
 		e.dtype = e.Weight.DType()
+		if b.floatRows {
+			e.dtype = mx.Float32
+		}
 	}
 	return err
 }
@@ -254,11 +260,12 @@ func slots(prefix string, v any, add func(name string, slot **mx.Array)) {
 // dirSource reads a checkpoint folder's safetensors. Float tensors become dtype
 // unless keep is set (see LoadOptions).
 type dirSource struct {
-	set   *safetensors.Set
-	dir   string
-	b     mx.Backend
-	keep  bool
-	dtype mx.DType
+	set     *safetensors.Set
+	dir     string
+	b       mx.Backend
+	keep    bool
+	dtype   mx.DType
+	compact bool // keep 16-bit weight matrices compact (LoadOptions.DType)
 }
 
 func (d *dirSource) has(name string) bool {
@@ -292,7 +299,10 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inference: %w", err)
 	}
-	if !d.keep && a.DType().IsFloat() && a.DType() != d.dtype {
+	switch {
+	case d.compact && len(shape) == 2 && strings.HasSuffix(name, ".weight") && (a.DType() == mx.BFloat16 || a.DType() == mx.Float16):
+		a = mx.Compact(a)
+	case !d.keep && a.DType().IsFloat() && a.DType() != d.dtype:
 		a = mx.AsType(a, d.dtype)
 	}
 	return a, a.Err()
