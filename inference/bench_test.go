@@ -38,7 +38,7 @@ var benchPresets = []struct {
 var benchDTypes = []struct {
 	name string
 	bits int
-}{{"f32", 0}, {"q8", 8}, {"q4", 4}}
+}{{"f32", 0}, {"bf16", 16}, {"q8", 8}, {"q4", 4}}
 
 // benchModel builds (once) the model of a preset and width, dropping the previous
 // one so that at most one big model is alive (Qwen3-0.6B in float32 is 3 GB).
@@ -56,13 +56,26 @@ func benchModel(b *testing.B, preset string, cfg func() Config, bits int) *Model
 		bench.m, bench.key = nil, ""
 		runtime.GC()
 		c := cfg()
-		if bits > 0 {
+		if bits > 0 && bits < 16 {
 			c.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 64, Bits: bits}}
 		}
 		bench.m, bench.key = NewRandom(c, 1, cpu(b)), key
+		if bits == 16 {
+			compactMatrices(bench.m)
+		}
 		runtime.GC()
 	}
 	return bench.m
+}
+
+// compactMatrices makes m's weight matrices what a bfloat16 checkpoint loads as on the
+// cpu backend: rounded to bfloat16 and held compact (LoadOptions.DType).
+func compactMatrices(m *Model) {
+	m.slots(func(name string, slot **mx.Array) {
+		if isMatrix(name, *slot) {
+			*slot = mx.Compact(mx.AsType(*slot, mx.BFloat16))
+		}
+	})
 }
 
 // decodeBytes is what one decode step reads of the weights: every matrix once (the

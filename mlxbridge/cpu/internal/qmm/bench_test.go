@@ -310,17 +310,21 @@ func BenchmarkHalfMatVec(b *testing.B) {
 		for i := range x {
 			x[i] = float32(i%7) - 3
 		}
-		b.Run(fmt.Sprintf("%dx%d/bf16", N, K), func(b *testing.B) {
-			ws := halfCopies(N, K)
-			i := 0
-			for b.Loop() {
-				HalfMatMulT(out, x, 1, K, ws[i%len(ws)], N, false)
-				i++
-			}
-			gbs := float64(b.N) * float64(2*N*K) / b.Elapsed().Seconds() / 1e9
-			b.ReportMetric(gbs, "GB/s")
-			b.ReportMetric(gbs/bw, "of-bandwidth")
-		})
+		ws := halfCopies(N, K)
+		for level := simdLevel(); level >= 1; level-- {
+			b.Run(fmt.Sprintf("%dx%d/bf16/%s", N, K, levelNames[level]), func(b *testing.B) {
+				limitSIMD(level)
+				defer limitSIMD(-1)
+				i := 0
+				for b.Loop() {
+					HalfMatMulT(out, x, 1, K, ws[i%len(ws)], N, false)
+					i++
+				}
+				gbs := float64(b.N) * float64(2*N*K) / b.Elapsed().Seconds() / 1e9
+				b.ReportMetric(gbs, "GB/s")
+				b.ReportMetric(gbs/bw, "of-bandwidth")
+			})
+		}
 		b.Run(fmt.Sprintf("%dx%d/f32-sgemv", N, K), func(b *testing.B) {
 			copies := max(1, streamBytes/(4*N*K))
 			ws := make([][]float32, copies)
