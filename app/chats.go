@@ -32,7 +32,8 @@ type ChatSpec struct {
 	// context drops, stored with the chat (deltamem.go).
 	Memory *ChatMemory
 	// KV is how the conversation's keys and values are stored: KV.Bits 8 or 4
-	// quantizes them (mlx-lm's --kv-bits), for long chats on little memory.
+	// quantizes them (mlx-lm's --kv-bits), 16 rounds them to bfloat16, for long
+	// chats on little memory.
 	KV inference.CacheOptions
 	// StopWhenFull makes a turn that no longer fits the model's context fail with
 	// ErrChatFull instead of dropping the oldest turns.

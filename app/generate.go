@@ -47,7 +47,7 @@ func addGenFlags(fs *flag.FlagSet) *genFlags {
 	fs.IntVar(&g.repWin, "repetition-context-size", 64, "how many recent tokens the penalty looks at")
 	fs.IntVar(&g.seed, "seed", 0, "random seed")
 	fs.BoolVar(&g.raw, "raw", false, "send the prompt as is, without the model's chat template")
-	fs.IntVar(&g.kv.Bits, "kv-bits", 0, "keep the KV cache quantized to this many bits past the most recent positions (8 or 4; MLX's formats take 2, 3, 4, 5, 6 or 8); 0 keeps it in the model's type")
+	fs.IntVar(&g.kv.Bits, "kv-bits", 0, "keep the KV cache quantized to this many bits past the most recent positions (8 or 4; MLX's formats take 2, 3, 4, 5, 6 or 8), or in bfloat16 with 16; 0 keeps it in the model's type")
 	fs.IntVar(&g.kv.GroupSize, "kv-group-size", 64, "values per scale and bias of a quantized KV cache")
 	fs.BoolVar(&g.stats, "stats", true, "print speed and memory after each reply (to stderr)")
 	return g

@@ -32,7 +32,8 @@ type (
 	// TTTOptions steer test-time training in a chat; the zero value is the
 	// defaults.
 	TTTOptions = ttt.Options
-	// KVCache is how a chat stores its keys and values (Bits 8 or 4: quantized).
+	// KVCache is how a chat stores its keys and values (Bits 8 or 4: quantized; 16:
+	// bfloat16).
 	KVCache = inference.CacheOptions
 )
 

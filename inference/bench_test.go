@@ -257,6 +257,10 @@ func fillCache(m *Model, c *Cache, n int) {
 	for i := range c.layers {
 		k := mx.FromData(m.b, mx.Float32, uniform(uint64(2*i), numel(shape), 0, 1), shape...)
 		v := mx.FromData(m.b, mx.Float32, uniform(uint64(2*i+1), numel(shape), 0, 1), shape...)
+		if c.opts.Bits == 16 {
+			c.layers[i] = LayerCache{k: half(k), v: half(v), opts: c.opts}
+			continue
+		}
 		if c.opts.Bits > 0 {
 			c.layers[i] = LayerCache{opts: c.opts}
 			if err := c.layers[i].freeze(k, v); err != nil {
@@ -269,12 +273,12 @@ func fillCache(m *Model, c *Cache, n int) {
 }
 
 // BenchmarkDecodeContext is decoding after ctx cached positions, with the KV cache
-// exact and quantized to 8 and 4 bits (kv8, kv4).
+// exact, in bfloat16 (kv16) and quantized to 8 and 4 bits (kv8, kv4).
 func BenchmarkDecodeContext(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {
 			for _, ctx := range []int{128, 2048} {
-				for _, kv := range []int{0, 8, 4} {
+				for _, kv := range []int{0, 16, 8, 4} {
 					name := fmt.Sprintf("%s/%s/ctx%d", p.name, dt.name, ctx)
 					if kv > 0 {
 						name += fmt.Sprintf("/kv%d", kv)

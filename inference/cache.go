@@ -57,8 +57,9 @@ type Cache struct {
 type CacheOptions struct {
 	// Bits quantizes the keys and values of every position but the most recent
 	// few (up to 256): 8 keeps a position in 28% of the memory float32 takes,
-	// 4 in 16%, at a cost in quality the README gives for the demo model. 0
-	// keeps them in the model's type.
+	// 4 in 16%, at a cost in quality the README gives for the demo model. 16
+	// rounds them to bfloat16 instead: half of float32, the width mlx-lm caches a
+	// bfloat16 model in. 0 keeps them in the model's type.
 	Bits int
 	// GroupSize is how many values share a scale and a bias (0: 64, mlx-lm's
 	// kv_group_size). A head dimension that is not a multiple of it is padded
@@ -67,7 +68,7 @@ type CacheOptions struct {
 }
 
 func (o CacheOptions) withDefaults() CacheOptions {
-	if o.Bits > 0 && o.GroupSize == 0 {
+	if o.quantized() && o.GroupSize == 0 {
 		o.GroupSize = 64
 	}
 	return o
@@ -76,13 +77,25 @@ func (o CacheOptions) withDefaults() CacheOptions {
 // Validate reports options a cache cannot take.
 func (o CacheOptions) Validate() error {
 	o = o.withDefaults()
-	if o.Bits == 0 {
+	if o.Bits == 0 || o.Bits == 16 {
 		return nil
 	}
 	if err := quant.Validate(o.Bits, o.GroupSize); err != nil {
 		return fmt.Errorf("inference: kv cache: %w", err)
 	}
 	return nil
+}
+
+// quantized reports a quantized cache (not exact, not 16-bit).
+func (o CacheOptions) quantized() bool { return o.Bits > 0 && o.Bits < 16 }
+
+// half holds x in bfloat16, compact where the backend can (a 16-bit cache's
+// frozen part).
+func half(x *mx.Array) *mx.Array {
+	if x == nil {
+		return nil
+	}
+	return mx.Compact(mx.AsType(x, mx.BFloat16))
 }
 
 // LayerCache is one layer's part of a Cache.
@@ -276,6 +289,9 @@ func (l *LayerCache) trim(n int) {
 			l.qk, l.qv = l.qk.slice(n), l.qv.slice(n)
 		} else {
 			l.k, l.v = mx.SliceAxis(l.k, 2, 0, n), mx.SliceAxis(l.v, 2, 0, n)
+			if l.opts.Bits == 16 {
+				l.k, l.v = half(l.k), half(l.v)
+			}
 		}
 		l.tk, l.tv = nil, nil
 	default:
@@ -337,19 +353,29 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 	if q.Dim(2) > 1 || l.Len() == 0 {
 		// Prefill: one frozen part, the fused kernel.
 		old, oldV := l.k, l.v
-		if l.qk != nil {
+		switch {
+		case l.qk != nil:
 			d := k.Dim(3)
 			old, oldV = l.qk.dense(l.opts, d), l.qv.dense(l.opts, d)
+		case old != nil && l.opts.Bits == 16:
+			old, oldV = mx.AsType(old, k.DType()), mx.AsType(oldV, v.DType())
 		}
 		keys, vals := cat(2, old, l.tk, k), cat(2, oldV, l.tv, v)
 		if e := firstErr(keys, vals); e != nil {
 			return e // the cache is left as it was
 		}
-		if l.opts.Bits > 0 {
+		switch {
+		case l.opts.quantized():
 			if err := l.freeze(cat(2, l.tk, k), cat(2, l.tv, v)); err != nil {
 				return mx.ErrorArray(err)
 			}
-		} else {
+		case l.opts.Bits == 16:
+			hk, hv := half(keys), half(vals)
+			if e := firstErr(hk, hv); e != nil {
+				return e
+			}
+			l.k, l.v, l.tk, l.tv = hk, hv, nil, nil
+		default:
 			l.k, l.v, l.tk, l.tv = keys, vals, nil, nil
 		}
 		return mx.ScaledDotProductAttention(q, keys, vals, scale, true, nil)
@@ -375,6 +401,9 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 			l.freeze(l.tk, l.tv) // on failure the tail stays as it is
 		} else {
 			keys, vals := cat(2, l.k, l.tk), cat(2, l.v, l.tv)
+			if l.opts.Bits == 16 { // the tail rounded onto the frozen part
+				keys, vals = half(cat(2, l.k, mx.AsType(l.tk, mx.BFloat16))), half(cat(2, l.v, mx.AsType(l.tv, mx.BFloat16)))
+			}
 			if firstErr(keys, vals) == nil {
 				l.k, l.v, l.tk, l.tv = keys, vals, nil, nil
 			}

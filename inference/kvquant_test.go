@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // stepLogits prefills ids[:1] into s, appends the rest one at a time and
@@ -34,7 +36,7 @@ func TestQuantizedCacheFollowsExact(t *testing.T) {
 		m := NewRandom(tinyConfig(arch), 7, b)
 		ids := tokenSeq(200, m.cfg.VocabSize, 3)
 		exact := stepLogits(t, NewSession(m), ids)
-		for _, o := range []CacheOptions{{Bits: 8}, {Bits: 8, GroupSize: 32}, {Bits: 4}} {
+		for _, o := range []CacheOptions{{Bits: 16}, {Bits: 8}, {Bits: 8, GroupSize: 32}, {Bits: 4}} {
 			t.Run(fmt.Sprintf("%s/%d-bit/group %d", arch, o.Bits, o.GroupSize), func(t *testing.T) {
 				s, err := NewSessionWith(m, o)
 				if err != nil {
@@ -53,7 +55,9 @@ func TestQuantizedCacheFollowsExact(t *testing.T) {
 					}
 				}
 				t.Logf("largest difference: %.4f of the logits' spread", worst)
-				if s.cache.layers[0].qk == nil || s.cache.layers[0].k != nil {
+				if l := s.cache.layers[0]; o.Bits == 16 && (l.k == nil || l.k.DType() != mx.BFloat16 || l.qk != nil) {
+					t.Fatalf("200 positions decoded and the frozen part is not bfloat16")
+				} else if o.Bits < 16 && (l.qk == nil || l.k != nil) {
 					t.Fatalf("200 positions decoded and nothing packed")
 				}
 				// Trim into the packed part, prefill a multi-token continuation:
@@ -92,6 +96,14 @@ func TestQuantizedCacheBytes(t *testing.T) {
 	want := float64(dense.cache.Bytes()) * (8 + 64.0/64) / 32
 	if got := float64(q8.cache.Bytes()); math.Abs(got-want) > 0.01*want {
 		t.Errorf("8-bit cache of 600 positions: %g bytes, want %g (dense %d)", got, want, dense.cache.Bytes())
+	}
+	// A 16-bit cache: half.
+	h16 := errSession(NewSessionWith(m, CacheOptions{Bits: 16}))
+	if _, _, err := h16.Prefill(ids); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h16.cache.Bytes(), dense.cache.Bytes()/2; got != want {
+		t.Errorf("16-bit cache of 600 positions: %d bytes, want %d", got, want)
 	}
 }
 

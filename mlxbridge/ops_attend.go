@@ -12,6 +12,9 @@ package mlxbridge
 // copies them into one buffer first. Meant for a few query rows against many
 // keys; not differentiable through the kernel (traced inputs take the composed
 // path).
+//
+// A part may be held in a 16-bit float type under float32 queries (a 16-bit KV
+// cache): it is read widened, as if cast to q's dtype first.
 func AttendParts(q *Array, ks, vs []*Array, scale float32) *Array {
 	if len(ks) == 0 || len(ks) != len(vs) {
 		return Errorf("attend parts: %d key parts and %d value parts", len(ks), len(vs))
@@ -25,7 +28,7 @@ func AttendParts(q *Array, ks, vs []*Array, scale float32) *Array {
 	}
 	f, ok := q.b.(PartsAttender)
 	if !ok || traced(xs...) {
-		return ScaledDotProductAttention(q, Concatenate(ks, 2), Concatenate(vs, 2), scale, true, nil)
+		return ScaledDotProductAttention(q, Concatenate(widened(ks, q.dtype), 2), Concatenate(widened(vs, q.dtype), 2), scale, true, nil)
 	}
 	h, err := f.AttendParts(q, ks, vs, scale)
 	keepAlive(xs)
@@ -41,7 +44,7 @@ func checkParts(q *Array, ks, vs []*Array) *Array {
 	s := 0
 	for i := range ks {
 		k, v := ks[i], vs[i]
-		if len(k.shape) != 4 || len(v.shape) != 4 || k.dtype != q.dtype || v.dtype != q.dtype ||
+		if len(k.shape) != 4 || len(v.shape) != 4 || !partType(k.dtype, q.dtype) || !partType(v.dtype, q.dtype) ||
 			k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3] || k.shape[1] != ks[0].shape[1] ||
 			!sameShape(v.shape[:3], k.shape[:3]) || v.shape[3] != vs[0].shape[3] {
 			return Errorf("attend parts: q %s %s, part %d keys %s %s, values %s %s do not fit",
@@ -54,6 +57,21 @@ func checkParts(q *Array, ks, vs []*Array) *Array {
 		return Errorf("attend parts: %d query heads over %d kv heads, %d queries over %d keys", q.shape[1], hkv, q.shape[2], s)
 	}
 	return nil
+}
+
+// partType reports whether a part of dtype dt may go with queries of dtype q:
+// the same, or 16 bits under float32.
+func partType(dt, q DType) bool {
+	return dt == q || q == Float32 && (dt == BFloat16 || dt == Float16)
+}
+
+// widened returns the parts cast to dt.
+func widened(parts []*Array, dt DType) []*Array {
+	out := make([]*Array, len(parts))
+	for i, p := range parts {
+		out[i] = AsType(p, dt)
+	}
+	return out
 }
 
 // QuantizedKV is keys or values (B, Hkv, S, D) quantized along the head axis in

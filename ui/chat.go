@@ -208,10 +208,10 @@ func (c *chatScreen) spec() app.ChatSpec {
 }
 
 // kvChoices are the KV cache's storage a chat can take: long chats on little
-// memory keep it quantized (mlx-lm's --kv-bits).
-var kvChoices = []string{"Exact", "8-bit (about ¼ of the memory)", "4-bit (about ⅙, a little less exact)"}
+// memory keep it in bfloat16 or quantized (mlx-lm's --kv-bits).
+var kvChoices = []string{"Exact", "16-bit (½ of the memory)", "8-bit (about ¼)", "4-bit (about ⅙, a little less exact)"}
 
-var kvBitsOf = map[string]int{kvChoices[1]: 8, kvChoices[2]: 4}
+var kvBitsOf = map[string]int{kvChoices[1]: 16, kvChoices[2]: 8, kvChoices[3]: 4}
 
 func (c *chatScreen) newChat() {
 	if c.model.Selected == "" || c.busy {

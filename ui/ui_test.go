@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -344,24 +345,27 @@ func TestRunDetailIsReadable(t *testing.T) {
 	}
 }
 
-// Choosing a quantized KV cache starts a chat that stores it so, and the
-// meter says which.
+// Choosing a quantized or 16-bit KV cache starts a chat that stores it so, and
+// the meter says which.
 func TestChatQuantizedKVChoice(t *testing.T) {
 	u, _ := openUI(t, t.TempDir())
 	c := u.chat
-	locked(u, func() {
-		c.maxTokens.SetText("8")
-		c.kvBits.SetSelected(kvChoices[1]) // starts a new chat
-	})
-	test.NewTempWindow(t, c.content)
-	if c.session == nil || c.session.KV().Bits != 8 {
-		t.Fatalf("after choosing %q the chat stores its KV cache as %+v", kvChoices[1], c.session.KV())
-	}
-	test.Type(c.input, "What is a hacker?")
-	locked(u, func() { test.Tap(c.send) })
-	eventually(t, u, "the reply", func() bool { return !c.busy && c.kv.Value > 0 })
-	if text := c.kv.TextFormatter(); !strings.Contains(text, "(8-bit)") {
-		t.Errorf("KV meter says %q", text)
+	for _, choice := range []int{2, 1} { // 8-bit, then 16-bit
+		bits := kvBitsOf[kvChoices[choice]]
+		locked(u, func() {
+			c.maxTokens.SetText("8")
+			c.kvBits.SetSelected(kvChoices[choice]) // starts a new chat
+		})
+		test.NewTempWindow(t, c.content)
+		if c.session == nil || c.session.KV().Bits != bits {
+			t.Fatalf("after choosing %q the chat stores its KV cache as %+v", kvChoices[choice], c.session.KV())
+		}
+		test.Type(c.input, "What is a hacker?")
+		locked(u, func() { test.Tap(c.send) })
+		eventually(t, u, "the reply", func() bool { return !c.busy && c.kv.Value > 0 })
+		if text := c.kv.TextFormatter(); !strings.Contains(text, fmt.Sprintf("(%d-bit)", bits)) {
+			t.Errorf("KV meter says %q", text)
+		}
 	}
 }
 

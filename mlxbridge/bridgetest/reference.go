@@ -191,6 +191,17 @@ func (s *suite) reference(t *testing.T) {
 		}
 		want := sdpaRef(get(t, q), get(t, k), get(t, v), nil, t, c.b, c.hq, c.hkv, c.l, sl, c.d, c.dv, 0.3, true)
 		expect(t, fmt.Sprintf("attend parts %v", c.parts), mx.AttendParts(q, ks, vs, 0.3), []int{c.b, c.hq, c.l, c.dv}, want, atol, rtol)
+
+		// The first part held in 16 bits (a 16-bit KV cache), compact where the
+		// backend can: the reference over its rounded values.
+		for _, dt := range []mx.DType{mx.BFloat16, mx.Float16} {
+			hk, hv := mx.Compact(mx.AsType(ks[0], dt)), mx.Compact(mx.AsType(vs[0], dt))
+			rk := mx.Concatenate(append([]*mx.Array{mx.AsType(hk, mx.Float32)}, ks[1:]...), 2)
+			rv := mx.Concatenate(append([]*mx.Array{mx.AsType(hv, mx.Float32)}, vs[1:]...), 2)
+			want := sdpaRef(get(t, q), get(t, rk), get(t, rv), nil, t, c.b, c.hq, c.hkv, c.l, sl, c.d, c.dv, 0.3, true)
+			got := mx.AttendParts(q, append([]*mx.Array{hk}, ks[1:]...), append([]*mx.Array{hv}, vs[1:]...), 0.3)
+			expect(t, fmt.Sprintf("attend parts %v, first in %s", c.parts, dt), got, []int{c.b, c.hq, c.l, c.dv}, want, atol, rtol)
+		}
 	}
 
 	// Attention over a quantized first part and exact parts: the reference over

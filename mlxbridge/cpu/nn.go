@@ -232,15 +232,18 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 	}
 	rows := hq / hkv * l
 	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
+	kh, vh := make([][]uint16, len(ks)), make([][]uint16, len(ks)) // compact bfloat16 parts
 	s := s0
 	for i := range ks {
-		kf[i], vf[i], sz[i] = h(ks[i]).f, h(vs[i]).f, ks[i].Dim(2)
+		kh[i], kf[i] = bf16Part(ks[i])
+		vh[i], vf[i] = bf16Part(vs[i])
+		sz[i] = ks[i].Dim(2)
 		s += sz[i]
 	}
 	qf := h(q).f
 	out := newFZero(b * hq * l * dv)
 	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*(d+dv))), func(lo, hi int) {
-		p := make([]float32, rows*s)
+		p, ht := make([]float32, rows*s), make([]float32, bf16Block*max(d, dv))
 		var qp, qsum, tmp []float32
 		if kq != nil {
 			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, 8*kq.dp)
@@ -264,7 +267,11 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 			}
 			off := s0
 			for i := range ks {
-				attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
+				if kh[i] != nil {
+					attendBF16Scores(p[off:], s, qg, rows, d, kh[i][g*sz[i]*d:], sz[i], ht)
+				} else {
+					attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
+				}
 				off += sz[i]
 			}
 			for r := 0; r < rows; r += l { // each query head's l rows: row i sees s−l+1+i keys
@@ -276,13 +283,26 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 			}
 			off = s0
 			for i := range vs {
-				attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
+				if vh[i] != nil {
+					attendBF16Values(og, rows, dv, p[off:], s, vh[i][g*sz[i]*dv:], sz[i], ht)
+				} else {
+					attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
+				}
 				off += sz[i]
 			}
 		}
 	})
 	roundTo(q.DType(), out)
 	return fbuf(out)
+}
+
+// bf16Part returns a part of attend's keys or values: its bits when it is a compact
+// bfloat16 array (a 16-bit KV cache, read by the bf16 kernels), else its floats.
+func bf16Part(a *mx.Array) ([]uint16, []float32) {
+	if c := raw(a); c.s != nil && a.DType() == mx.BFloat16 {
+		return c.s, nil
+	}
+	return nil, h(a).f
 }
 
 // SDPAVJP is attention's backward pass. With P recomputed per head:

@@ -336,3 +336,35 @@ void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, con
 		}
 	}
 }
+
+// bfloat16 keys or values (a 16-bit KV cache), widened BF16_BLOCK positions at a time
+// into tmp (BF16_BLOCK·width floats) for the float kernels: a shift per value, and
+// the block stays in L1 while every row passes over it.
+enum { BF16_BLOCK = 64 };
+
+static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)src[i] << 16;
+		memcpy(dst + i, &u, 4);
+	}
+}
+
+MULTIVERSION
+void inloop_attend_bf16_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
+                               const uint16_t *restrict k, size_t s, float *restrict tmp) {
+	for (size_t j = 0; j < s; j += BF16_BLOCK) {
+		size_t n = s - j < BF16_BLOCK ? s - j : BF16_BLOCK;
+		widen_bf16(tmp, k + j * d, n * d);
+		inloop_attend_scores(p + j, ld, q, rows, d, tmp, n);
+	}
+}
+
+MULTIVERSION
+void inloop_attend_bf16_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
+                               const uint16_t *restrict v, size_t s, float *restrict tmp) {
+	for (size_t j = 0; j < s; j += BF16_BLOCK) {
+		size_t n = s - j < BF16_BLOCK ? s - j : BF16_BLOCK;
+		widen_bf16(tmp, v + j * dv, n * dv);
+		inloop_attend_values(out, rows, dv, p + j, ld, tmp, n);
+	}
+}

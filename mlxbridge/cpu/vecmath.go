@@ -86,3 +86,25 @@ func attendQuantValues(out []float32, rows, dv int, p []float32, ld, dp, group, 
 	C.inloop_attend_quant_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), C.size_t(dp), C.size_t(group),
 		C.int(bits), cu(w), cf(s), cf(b), C.size_t(n), cf(tmp))
 }
+
+// bf16Block is the positions inloop_attend_bf16_* widen at a time: their tmp holds
+// bf16Block·width floats.
+const bf16Block = 64
+
+func cu16(v []uint16) *C.uint16_t { return (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(v))) }
+
+// attendBF16Scores is attendScores over s bfloat16 keys.
+func attendBF16Scores(p []float32, ld int, q []float32, rows, d int, k []uint16, s int, tmp []float32) {
+	if rows == 0 || s == 0 {
+		return
+	}
+	C.inloop_attend_bf16_scores(cf(p), C.size_t(ld), cf(q), C.size_t(rows), C.size_t(d), cu16(k), C.size_t(s), cf(tmp))
+}
+
+// attendBF16Values is attendValues over s bfloat16 values.
+func attendBF16Values(out []float32, rows, dv int, p []float32, ld int, v []uint16, s int, tmp []float32) {
+	if rows == 0 || s == 0 {
+		return
+	}
+	C.inloop_attend_bf16_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), cu16(v), C.size_t(s), cf(tmp))
+}

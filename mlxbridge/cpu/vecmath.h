@@ -18,3 +18,7 @@ void inloop_attend_quant_scores(float *p, size_t ld, const float *q, const float
 void inloop_attend_quant_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, size_t dp,
                                 size_t group, int bits, const uint32_t *w, const float *s, const float *b, size_t n,
                                 float *tmp);
+void inloop_attend_bf16_scores(float *p, size_t ld, const float *q, size_t rows, size_t d, const uint16_t *k, size_t s,
+                               float *tmp);
+void inloop_attend_bf16_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, const uint16_t *v, size_t s,
+                               float *tmp);
