@@ -35,7 +35,9 @@ func (be *Backend) MatMul(a, b *mx.Array, ta, tb bool, out []int) (mx.Handle, er
 	res := newF(numel(out)) // sgemm with beta 0 overwrites every element
 	// One row times a matrix (decode): a matrix-vector product.
 	if !ta && nb*m == 1 && numel(bs[:len(bs)-2]) == 1 {
-		if tb { // w (N, K): y = w·x
+		if tb && ldb == k { // w (N, K): y = w·x, each core streaming its rows in order
+			qmm.MatVecT(res, af, bf, n, k)
+		} else if tb {
 			sgemv(false, n, k, bf, ldb, af, res)
 		} else { // w (K, N): y = wᵀ·x
 			sgemv(true, k, n, bf, ldb, af, res)

@@ -305,3 +305,4 @@ void qmm_half_gemv_t_batch(const uint16_t *w, int K, int f16, const float *x, in
 			half_gemv_t(w, K, f16, x + (long)m * K, K, M - m < 4 ? M - m : 4, n, ne, out + (long)m * ldo, ldo);
 	}
 }
+
