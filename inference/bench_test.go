@@ -61,21 +61,13 @@ func benchModel(b *testing.B, preset string, cfg func() Config, bits int) *Model
 		}
 		bench.m, bench.key = NewRandom(c, 1, cpu(b)), key
 		if bits == 16 {
-			compactMatrices(bench.m)
+			if err := bench.m.CompactWeights(mx.BFloat16); err != nil {
+				b.Fatal(err)
+			}
 		}
 		runtime.GC()
 	}
 	return bench.m
-}
-
-// compactMatrices makes m's weight matrices what a bfloat16 checkpoint loads as on the
-// cpu backend: rounded to bfloat16 and held compact (LoadOptions.DType).
-func compactMatrices(m *Model) {
-	m.slots(func(name string, slot **mx.Array) {
-		if isMatrix(name, *slot) {
-			*slot = mx.Compact(mx.AsType(*slot, mx.BFloat16))
-		}
-	})
 }
 
 // decodeBytes is what one decode step reads of the weights: every matrix once (the

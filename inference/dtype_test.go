@@ -3,7 +3,6 @@ package inference
 import (
 	"math"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -88,12 +87,6 @@ func TestParamCountAsMlxLM(t *testing.T) {
 			t.Errorf("%s: ParamCount %d, want %d (the dense count)", pair[1], got, sum)
 		}
 	}
-}
-
-// isMatrix reports whether a checkpoint tensor is a weight matrix (a linear layer's
-// or an embedding table), what a float32 load keeps compact.
-func isMatrix(name string, a *mx.Array) bool {
-	return a.Ndim() == 2 && strings.HasSuffix(name, ".weight")
 }
 
 // A 16-bit checkpoint loaded as float32 on the cpu backend keeps its weight matrices

@@ -232,6 +232,35 @@ func NewRandom(cfg Config, seed uint64, b mx.Backend) *Model {
 	return m
 }
 
+// CompactWeights rounds m's float weight matrices (its linear layers' and its
+// embedding's, not the norms or biases) to dt, bfloat16 or float16, and keeps them
+// compact (mx.Compact), with the activations as they were: what a float32 load of a
+// 16-bit checkpoint gives (LoadOptions.DType). Benchmarks and tests use it on random
+// models.
+func (m *Model) CompactWeights(dt mx.DType) error {
+	if dt != mx.BFloat16 && dt != mx.Float16 {
+		return fmt.Errorf("inference: compact weights in %s: want bfloat16 or float16", dt)
+	}
+	m.ad.mu.Lock()
+	defer m.ad.mu.Unlock()
+	var err error
+	m.slots(func(name string, slot **mx.Array) {
+		if a := *slot; err == nil && a.DType().IsFloat() && isMatrix(name, a) {
+			c := mx.Compact(mx.AsType(a, dt))
+			if err = c.Err(); err == nil {
+				*slot = c
+			}
+		}
+	})
+	return err
+}
+
+// isMatrix reports whether a checkpoint tensor is a weight matrix (a linear layer's
+// or an embedding table), what a float32 load keeps compact.
+func isMatrix(name string, a *mx.Array) bool {
+	return a.Ndim() == 2 && strings.HasSuffix(name, ".weight")
+}
+
 // Config returns the model's configuration.
 func (m *Model) Config() Config { return m.cfg }
 

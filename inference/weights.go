@@ -300,7 +300,7 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 		return nil, fmt.Errorf("inference: %w", err)
 	}
 	switch {
-	case d.compact && len(shape) == 2 && strings.HasSuffix(name, ".weight") && (a.DType() == mx.BFloat16 || a.DType() == mx.Float16):
+	case d.compact && isMatrix(name, a) && (a.DType() == mx.BFloat16 || a.DType() == mx.Float16):
 		a = mx.Compact(a)
 	case !d.keep && a.DType().IsFloat() && a.DType() != d.dtype:
 		a = mx.AsType(a, d.dtype)

@@ -35,10 +35,12 @@ func BenchmarkLoRAStep(b *testing.B) {
 		name string
 		cfg  inference.Config
 	}{{"SmolLM2-135M", inference.SmolLM2_135M()}, {"Qwen3-0.6B", inference.Qwen3_0_6B()}} {
-		for _, bits := range []int{0, 4} {
+		for _, bits := range []int{0, 16, 4} {
 			name := fmt.Sprintf("%s/f32", preset.name)
 			cfg := preset.cfg
-			if bits > 0 {
+			if bits == 16 { // a bfloat16 checkpoint's matrices, compact
+				name = fmt.Sprintf("%s/bf16", preset.name)
+			} else if bits > 0 {
 				name = fmt.Sprintf("%s/q%d", preset.name, bits)
 				cfg.Quantization = &inference.Quantization{QuantParams: inference.QuantParams{GroupSize: 64, Bits: bits}}
 			}
@@ -49,6 +51,11 @@ func BenchmarkLoRAStep(b *testing.B) {
 				}
 				b.Run(name, func(b *testing.B) {
 					m := inference.NewRandom(cfg, 1, be)
+					if bits == 16 {
+						if err := m.CompactWeights(mx.BFloat16); err != nil {
+							b.Fatal(err)
+						}
+					}
 					if _, err := Apply(m, Config{NumLayers: 16}); err != nil {
 						b.Fatal(err)
 					}
