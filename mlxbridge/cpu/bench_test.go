@@ -173,3 +173,43 @@ func BenchmarkAttendQuantized(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttendLayers is a decode step's attention over 28 layers' caches at 2,048
+// positions with Qwen3-0.6B's heads: the frozen part in float32 and in bfloat16 (a
+// 16-bit cache, compact), streamed from memory as in decoding (a layer after another)
+// and hot (one layer over and over, its cache in L3). GB/s counts the frozen keys and
+// values read.
+func BenchmarkAttendLayers(b *testing.B) {
+	const hq, hkv, d, tail, s, layers = 16, 8, 128, 16, 2048, 28
+	be := New()
+	for _, dt := range []mx.DType{mx.Float32, mx.BFloat16} {
+		q := randArray(be, 1, 1, hq, 1, d)
+		type layer struct{ ks, vs []*mx.Array }
+		ls := make([]layer, layers)
+		for i := range ls {
+			k0, v0 := randArray(be, uint64(2*i+2), 1, hkv, s-tail, d), randArray(be, uint64(2*i+3), 1, hkv, s-tail, d)
+			if dt == mx.BFloat16 {
+				k0, v0 = mx.Compact(mx.AsType(k0, dt)), mx.Compact(mx.AsType(v0, dt))
+			}
+			ls[i] = layer{[]*mx.Array{k0, randArray(be, 90, 1, hkv, tail, d)}, []*mx.Array{v0, randArray(be, 91, 1, hkv, tail, d)}}
+		}
+		for _, n := range []int{layers, 1} {
+			name := dt.String() + "/streamed"
+			if n == 1 {
+				name = dt.String() + "/hot"
+			}
+			b.Run(name, func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					l := ls[i%n]
+					if err := mx.Eval(mx.AttendParts(q, l.ks, l.vs, 0.09)); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				bytes := float64(2 * hkv * (s - tail) * d * dt.Size())
+				b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}

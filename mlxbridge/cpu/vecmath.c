@@ -198,6 +198,8 @@ void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q,
 	size_t d8 = d / 8 * 8, j = 0;
 	for (; j + 8 <= s; j += 8) {
 		const float *kj = k + j * d;
+		if (j + 24 <= s) // the keys two blocks on, one line each 16 floats
+			for (size_t e = 0; e < 8 * d; e += 16) __builtin_prefetch(kj + 16 * d + e, 0, 3);
 		for (size_t r = 0; r < rows; r++) {
 			const float *qr = q + r * d;
 			v8f sum;
@@ -223,6 +225,8 @@ void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const flo
 		for (size_t c = 0; c < d16; c += 16) {
 			v8f acc[4][2] = {{{0}}};
 			for (size_t j = 0; j < s; j++) {
+				if (c == 0 && j + 16 < s) // the first pass brings the values 16 rows on
+					for (size_t e = 0; e < dv; e += 16) __builtin_prefetch(v + (j + 16) * dv + e, 0, 3);
 				v8f a, b;
 				LOAD8(a, v + j * dv + c);
 				LOAD8(b, v + j * dv + c + 8);
@@ -341,9 +345,20 @@ void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, con
 // into tmp (BF16_BLOCK·width floats) for the float kernels: a shift per value, and
 // the block stays in L1 while every row passes over it.
 enum { BF16_BLOCK = 64 };
+#ifndef PFH
+#define PFH 2048
+#endif
 
 static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
-	for (size_t i = 0; i < n; i++) {
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__builtin_prefetch(src + i + PFH, 0, 3);
+		for (size_t e = i; e < i + 32; e++) {
+			uint32_t u = (uint32_t)src[e] << 16;
+			memcpy(dst + e, &u, 4);
+		}
+	}
+	for (; i < n; i++) {
 		uint32_t u = (uint32_t)src[i] << 16;
 		memcpy(dst + i, &u, 4);
 	}
