@@ -10,6 +10,10 @@
 // (NEON on arm64) for those and every other width. Prefill and training (M large) are compute
 // bound: tiles of W are dequantized into a scratch buffer and multiplied by package blas's
 // sgemm (OpenBLAS, Accelerate on macOS), so they run near sgemm speed.
+//
+// The same two regimes serve a W held in 16-bit floats, a bfloat16 or float16 checkpoint's
+// own width (half.go), and decoding's product with a float32 W (MatVecT, rows.c): one
+// sequential stream of W's rows per core.
 package qmm
 
 /*
