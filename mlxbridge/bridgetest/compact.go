@@ -2,6 +2,7 @@ package bridgetest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -21,7 +22,7 @@ func (s *suite) compact(t *testing.T) {
 				if _, ok := s.b.(mx.Compacter); !ok && c != w {
 					t.Fatal("Compact on a backend without it did not return its input")
 				}
-				if c.DType() != dt || !equalInts(c.Shape(), w.Shape()) {
+				if c.DType() != dt || !slices.Equal(c.Shape(), w.Shape()) {
 					t.Fatalf("Compact gave %s %v, want %s %v", c.DType(), c.Shape(), dt, w.Shape())
 				}
 				same(t, "values", c, w)
@@ -62,16 +63,4 @@ func (s *suite) compact(t *testing.T) {
 			})
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

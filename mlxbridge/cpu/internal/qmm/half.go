@@ -73,18 +73,26 @@ func halfFused(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
 
 // halfTiled widens W a tile of rows at a time for sgemm: out[:, n0:n1] = x @ tile^T.
 func halfTiled(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
+	halfTiles(w, N, K, f16, func(n0, n1 int, tile []float32) {
+		blas.Sgemm(false, true, M, n1-n0, K, x, K, tile, K, 0, out[n0:], N)
+	})
+}
+
+// halfTiles hands f rows [n0, n1) of W widened, a tile at a time, in order.
+func halfTiles(w []uint16, N, K int, f16 bool, f func(n0, n1 int, tile []float32)) {
 	T := tileRows(K)
 	buf := getTile(T * K)
 	defer tilePool.Put(buf)
 	for n0 := 0; n0 < N; n0 += T {
 		n1 := min(n0+T, N)
 		HalfWiden(buf[:(n1-n0)*K], w[n0*K:n1*K], f16)
-		blas.Sgemm(false, true, M, n1-n0, K, x, K, buf, K, 0, out[n0:], N)
+		f(n0, n1, buf)
 	}
 }
 
 // HalfMatMul sets out = x @ W: W is (N, K) as in HalfMatMulT, x is (M, N), out is (M, K).
-// It is the backward of HalfMatMulT with respect to x, one widened tile of W at a time.
+// It is the backward of HalfMatMulT with respect to x, one widened tile of W at a time
+// adding out += x[:, n0:n1] @ tile.
 func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
 	checkHalf("HalfMatMul", w, N, K)
 	if len(x) < M*N || len(out) < M*K || M < 0 {
@@ -97,18 +105,13 @@ func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
 		clear(out[:M*K])
 		return
 	}
-	T := tileRows(K)
-	buf := getTile(T * K)
-	defer tilePool.Put(buf)
-	for n0 := 0; n0 < N; n0 += T {
-		n1 := min(n0+T, N)
-		HalfWiden(buf[:(n1-n0)*K], w[n0*K:n1*K], f16)
+	halfTiles(w, N, K, f16, func(n0, n1 int, tile []float32) {
 		beta := float32(1)
 		if n0 == 0 {
 			beta = 0
 		}
-		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, buf, K, beta, out, K)
-	}
+		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, tile, K, beta, out, K)
+	})
 }
 
 // HalfWiden sets dst[i] to src[i] widened to float32 (exact), on all cores.

@@ -100,36 +100,29 @@ func TestHalfMatMul(t *testing.T) {
 						for i := range x {
 							x[i] = float32(rng.NormFloat64())
 						}
-						// x @ W^T against float64 sums of the widened values.
+						// Each product against float64 sums of the widened values: out[i, j] =
+						// Σ_e x[i·xs + e]·w(j, e), over e < inner.
+						check := func(name string, out []float32, rows, cols, inner int, w func(j, e int) float64) {
+							t.Helper()
+							for i := range rows {
+								for j := range cols {
+									var want, mag float64
+									for e := range inner {
+										p := float64(x[i*inner+e]) * w(j, e)
+										want, mag = want+p, mag+math.Abs(p)
+									}
+									if d := math.Abs(float64(out[i*cols+j]) - want); d > 1e-5*mag+1e-30 {
+										t.Fatalf("%s [%d,%d] = %v, want %v", name, i, j, out[i*cols+j], want)
+									}
+								}
+							}
+						}
 						out := make([]float32, M*N)
 						HalfMatMulT(out, x, M, K, w, N, f16)
-						for m := range M {
-							for n := range N {
-								var want, mag float64
-								for k := range K {
-									p := float64(x[m*K+k]) * halfRef(w[n*K+k], f16)
-									want, mag = want+p, mag+math.Abs(p)
-								}
-								if d := math.Abs(float64(out[m*N+n]) - want); d > 1e-5*mag+1e-30 {
-									t.Fatalf("x@Wᵀ [%d,%d] = %v, want %v", m, n, out[m*N+n], want)
-								}
-							}
-						}
-						// x (M, N) @ W.
-						out2 := make([]float32, M*K)
+						check("x@Wᵀ", out, M, N, K, func(n, k int) float64 { return halfRef(w[n*K+k], f16) })
+						out2 := make([]float32, M*K) // x (M, N) @ W
 						HalfMatMul(out2, x, M, N, w, K, f16)
-						for m := range M {
-							for k := range K {
-								var want, mag float64
-								for n := range N {
-									p := float64(x[m*N+n]) * halfRef(w[n*K+k], f16)
-									want, mag = want+p, mag+math.Abs(p)
-								}
-								if d := math.Abs(float64(out2[m*K+k]) - want); d > 1e-5*mag+1e-30 {
-									t.Fatalf("x@W [%d,%d] = %v, want %v", m, k, out2[m*K+k], want)
-								}
-							}
-						}
+						check("x@W", out2, M, K, N, func(k, n int) float64 { return halfRef(w[n*K+k], f16) })
 					})
 				}
 			}
