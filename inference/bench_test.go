@@ -487,3 +487,44 @@ func bestPrefill(b *testing.B, m *Model, ids []int) time.Duration {
 	}
 	return best
 }
+
+// BenchmarkLoadBF16 loads a bfloat16 checkpoint of Qwen3-0.6B's shape (random weights,
+// written once to a temporary folder) as float32 with its matrices compact (the
+// default) and widened (LoadOptions.WidenWeights): the time, and the cpu backend's
+// memory held after and at its peak during the load.
+func BenchmarkLoadBF16(b *testing.B) {
+	be := cpu(b)
+	dir := b.TempDir()
+	m := NewRandom(Qwen3_0_6B(), 1, be)
+	if err := m.CastFloats(mx.BFloat16); err != nil {
+		b.Fatal(err)
+	}
+	if err := SaveModel(m, dir); err != nil {
+		b.Fatal(err)
+	}
+	m = nil
+	for _, o := range []LoadOptions{{}, {WidenWeights: true}} {
+		name := "compact"
+		if o.WidenWeights {
+			name = "widened"
+		}
+		b.Run(name, func(b *testing.B) {
+			var active, peak int64
+			for range b.N {
+				runtime.GC()
+				runtime.GC()
+				mx.ResetPeakMemory(be)
+				m, err := LoadWithOptions(dir, be, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, peak, _ = mx.Memory(be)
+				runtime.GC()
+				active, _, _ = mx.Memory(be)
+				runtime.KeepAlive(m)
+			}
+			b.ReportMetric(float64(active)/(1<<20), "heldMiB")
+			b.ReportMetric(float64(peak)/(1<<20), "peakMiB")
+		})
+	}
+}

@@ -245,7 +245,7 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 	defer m.ad.mu.Unlock()
 	var err error
 	m.slots(func(name string, slot **mx.Array) {
-		if a := *slot; err == nil && a.DType().IsFloat() && isMatrix(name, a) {
+		if a := *slot; err == nil && a.DType().IsFloat() && isMatrix(name, a.Ndim()) {
 			c := mx.Compact(mx.AsType(a, dt))
 			if err = c.Err(); err == nil {
 				*slot = c
@@ -255,10 +255,10 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 	return err
 }
 
-// isMatrix reports whether a checkpoint tensor is a weight matrix (a linear layer's
-// or an embedding table), what a float32 load keeps compact.
-func isMatrix(name string, a *mx.Array) bool {
-	return a.Ndim() == 2 && strings.HasSuffix(name, ".weight")
+// isMatrix reports whether a checkpoint tensor of ndim dimensions is a weight matrix
+// (a linear layer's or an embedding table), what a float32 load keeps compact.
+func isMatrix(name string, ndim int) bool {
+	return ndim == 2 && strings.HasSuffix(name, ".weight")
 }
 
 // Config returns the model's configuration.

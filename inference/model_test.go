@@ -55,6 +55,9 @@ func maxAbsDiff(a, b []float32) float64 {
 	for i := range a {
 		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
 	}
+	if math.IsNaN(d) { // a NaN on either side is no match: d > tol would be false
+		return math.Inf(1)
+	}
 	return d
 }
 

@@ -295,14 +295,16 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 		return nil, fmt.Errorf("%w: tensor %q holds %s at element %d (of %d) in %s",
 			ErrNonFinite, name, nonFiniteText(info.DType, raw, i), i, info.NumElements(), d.dir)
 	}
-	a, err := mx.LoadTensor(d.b, d.set, name)
+	load, matrix := mx.LoadTensor, d.compact && isMatrix(name, len(shape))
+	if matrix {
+		load = mx.LoadTensorCompact // a 16-bit matrix straight into compact storage
+	}
+	a, err := load(d.b, d.set, name)
 	if err != nil {
 		return nil, fmt.Errorf("inference: %w", err)
 	}
-	switch {
-	case d.compact && isMatrix(name, a) && (a.DType() == mx.BFloat16 || a.DType() == mx.Float16):
-		a = mx.Compact(a)
-	case !d.keep && a.DType().IsFloat() && a.DType() != d.dtype:
+	compact := matrix && (a.DType() == mx.BFloat16 || a.DType() == mx.Float16)
+	if !compact && !d.keep && a.DType().IsFloat() && a.DType() != d.dtype {
 		a = mx.AsType(a, d.dtype)
 	}
 	return a, a.Err()

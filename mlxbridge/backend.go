@@ -158,9 +158,11 @@ type (
 	CumSummer interface {
 		CumSum(x *Array, reverse bool) (Handle, error)
 	}
-	// Compacter holds float16 and bfloat16 arrays two bytes a value (Compact).
+	// Compacter holds float16 and bfloat16 arrays two bytes a value (Compact), and
+	// makes one from the values' little-endian bit patterns (LoadTensorCompact).
 	Compacter interface {
 		Compact(x *Array) (Handle, error)
+		CompactBits(dt DType, raw []byte) (Handle, error)
 	}
 	// PartsAttender runs AttendParts without joining the parts: the shapes are
 	// checked, at least one part, all of q's dtype.

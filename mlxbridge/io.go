@@ -34,6 +34,35 @@ func LoadTensor(b Backend, src TensorSource, name string) (*Array, error) {
 	return a, nil
 }
 
+// LoadTensorCompact is LoadTensor for a float16 or bfloat16 tensor on a backend that
+// holds such arrays compact (Compacter): the bytes become the compact array directly,
+// never widened to float32 on the way, so loading a 16-bit checkpoint peaks near its
+// own size. Other tensors, and other backends, load as LoadTensor loads them.
+func LoadTensorCompact(b Backend, src TensorSource, name string) (*Array, error) {
+	c, ok := b.(Compacter)
+	info, found := src.Info(name)
+	if !ok || !found || info.DType != safetensors.DTypeBF16 && info.DType != safetensors.DTypeF16 {
+		return LoadTensor(b, src, name)
+	}
+	if err := checkShape(info.Shape); err != nil {
+		return nil, fmt.Errorf("mlxbridge: tensor %q: %w", name, err)
+	}
+	raw, err := src.Data(name)
+	if err != nil {
+		return nil, err
+	}
+	if n := numel(info.Shape); len(raw) != 2*n {
+		return nil, fmt.Errorf("mlxbridge: tensor %q: %d bytes for %d 16-bit values", name, len(raw), n)
+	}
+	dt := BFloat16
+	if info.DType == safetensors.DTypeF16 {
+		dt = Float16
+	}
+	h, err := c.CompactBits(dt, raw)
+	a := newArray("load compact", b, h, err, info.Shape, dt)
+	return a, a.Err()
+}
+
 func fromRaw(b Backend, dt safetensors.DType, raw []byte, shape []int) (*Array, error) {
 	n := numel(shape)
 	var a *Array

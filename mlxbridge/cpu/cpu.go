@@ -9,6 +9,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -75,17 +76,34 @@ func h(a *mx.Array) *buf {
 // raw returns a's data as held.
 func raw(a *mx.Array) *buf { return a.Handle().(*buf) }
 
-// Compact holds a Float16/BFloat16 array's values two bytes each, in a buffer from the
-// same pool as the float ones (half as many floats, viewed as uint16).
+// compactBuf returns a buffer for n 16-bit values from the same pool as the float ones
+// (half as many floats, viewed as uint16).
+func compactBuf(n int) *buf {
+	f := newF((n + 1) / 2)
+	b := fbuf(f)
+	b.f, b.s = nil, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(f))), n)[:n:n]
+	return b
+}
+
+// CompactBits holds the 16-bit values whose little-endian bit patterns raw holds.
+func (be *Backend) CompactBits(dt mx.DType, raw []byte) (mx.Handle, error) {
+	b := compactBuf(len(raw) / 2)
+	parallel(len(b.s), 1<<16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			b.s[i] = binary.LittleEndian.Uint16(raw[2*i:])
+		}
+	})
+	return b, nil
+}
+
+// Compact holds a Float16/BFloat16 array's values two bytes each.
 func (be *Backend) Compact(x *mx.Array) (mx.Handle, error) {
 	src := raw(x)
 	if src.s != nil {
 		return src, nil
 	}
 	n := len(src.f)
-	f := newF((n + 1) / 2)
-	b := fbuf(f)
-	b.f, b.s = nil, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(f))), n)[:n:n]
+	b := compactBuf(n)
 	narrow := safetensors.Float32ToFloat16 // exact: the values are already rounded
 	if x.DType() == mx.BFloat16 {
 		narrow = safetensors.Float32ToBFloat16
