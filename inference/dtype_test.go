@@ -179,5 +179,22 @@ func TestCompactWeights(t *testing.T) {
 		for i := range names {
 			near("gradient of "+names[i], gc[i], gw[i])
 		}
+
+		// Saved, a compact model writes its checkpoint's bfloat16 matrices back bit
+		// for bit, and loads compact again.
+		saved := t.TempDir()
+		if err := SaveModel(compact, saved); err != nil {
+			t.Fatal(err)
+		}
+		back, err := Load(saved, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, a := range compact.Params() {
+			r := back.Params()[name]
+			if r.DType() != a.DType() || maxAbsDiff(floats(t, r), floats(t, a)) != 0 {
+				t.Errorf("%s: %s after saving and loading again, %s before, or other values", name, r.DType(), a.DType())
+			}
+		}
 	}
 }
