@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"runtime"
 	"unsafe"
-
-	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
 )
 
 // Products with W in 16-bit floats (half.c): a bfloat16 or float16 checkpoint's matrices
@@ -71,28 +69,18 @@ func halfFused(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
 	})
 }
 
-// halfTiled widens W a tile of rows at a time for sgemm: out[:, n0:n1] = x @ tile^T.
+// halfTiled computes out = x @ W^T one widened tile of W's rows at a time.
 func halfTiled(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
-	halfTiles(w, N, K, f16, func(n0, n1 int, tile []float32) {
-		blas.Sgemm(false, true, M, n1-n0, K, x, K, tile, K, 0, out[n0:], N)
-	})
+	tilesT(out, x, M, K, N, widener(w, K, f16))
 }
 
-// halfTiles hands f rows [n0, n1) of W widened, a tile at a time, in order.
-func halfTiles(w []uint16, N, K int, f16 bool, f func(n0, n1 int, tile []float32)) {
-	T := tileRows(K)
-	buf := getTile(T * K)
-	defer tilePool.Put(buf)
-	for n0 := 0; n0 < N; n0 += T {
-		n1 := min(n0+T, N)
-		HalfWiden(buf[:(n1-n0)*K], w[n0*K:n1*K], f16)
-		f(n0, n1, buf)
-	}
+// widener fills tiles with rows of a 16-bit W (N, K) widened.
+func widener(w []uint16, K int, f16 bool) tileFiller {
+	return func(tile []float32, n0, n1 int) { HalfWiden(tile[:(n1-n0)*K], w[n0*K:n1*K], f16) }
 }
 
 // HalfMatMul sets out = x @ W: W is (N, K) as in HalfMatMulT, x is (M, N), out is (M, K).
-// It is the backward of HalfMatMulT with respect to x, one widened tile of W at a time
-// adding out += x[:, n0:n1] @ tile.
+// It is the backward of HalfMatMulT with respect to x, one widened tile of W at a time.
 func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
 	checkHalf("HalfMatMul", w, N, K)
 	if len(x) < M*N || len(out) < M*K || M < 0 {
@@ -105,13 +93,7 @@ func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
 		clear(out[:M*K])
 		return
 	}
-	halfTiles(w, N, K, f16, func(n0, n1 int, tile []float32) {
-		beta := float32(1)
-		if n0 == 0 {
-			beta = 0
-		}
-		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, tile, K, beta, out, K)
-	})
+	tilesN(out, x, M, N, K, widener(w, K, f16))
 }
 
 // HalfWiden sets dst[i] to src[i] widened to float32 (exact), on all cores.

@@ -238,35 +238,49 @@ func getTile(n int) []float32 {
 	return make([]float32, n)
 }
 
-// tiledT computes out = x @ W^T one tile of W's rows at a time: out[:, n0:n1] =
-// x @ tile^T, with package blas spreading each product over the cores.
+// tiledT computes out = x @ dequant(W)^T one dequantized tile of W's rows at a time.
 func tiledT(w *weights, out, x []float32, M int) {
-	K, N := w.K, w.N
-	T := tileRows(K)
-	buf := getTile(T * K)
-	defer tilePool.Put(buf)
-	for n0 := 0; n0 < N; n0 += T {
-		n1 := min(n0+T, N)
-		dequantTile(w, buf, n0, n1)
-		blas.Sgemm(false, true, M, n1-n0, K, x, K, buf, K, 0, out[n0:], N)
-	}
+	tilesT(out, x, M, w.K, w.N, func(tile []float32, n0, n1 int) { dequantTile(w, tile, n0, n1) })
 }
 
-// tiled computes out = x @ W one tile of W's rows at a time, accumulating
-// out += x[:, n0:n1] @ tile.
+// tiled computes out = x @ dequant(W) one dequantized tile of W's rows at a time.
 func tiled(w *weights, out, x []float32, M int) {
-	K, N := w.K, w.N
-	T := tileRows(K)
-	buf := getTile(T * K)
-	defer tilePool.Put(buf)
-	for n0 := 0; n0 < N; n0 += T {
-		n1 := min(n0+T, N)
-		dequantTile(w, buf, n0, n1)
+	tilesN(out, x, M, w.N, w.K, func(tile []float32, n0, n1 int) { dequantTile(w, tile, n0, n1) })
+}
+
+// A tile filler writes rows [n0, n1) of a W (N, K) held otherwise (packed, 16-bit) into
+// tile as float32, row-major.
+type tileFiller func(tile []float32, n0, n1 int)
+
+// tilesT computes out = x @ W^T one tile of W's rows at a time: out[:, n0:n1] =
+// x @ tile^T, with package blas spreading each product over the cores.
+func tilesT(out, x []float32, M, K, N int, fill tileFiller) {
+	eachTile(N, K, fill, func(n0, n1 int, tile []float32) {
+		blas.Sgemm(false, true, M, n1-n0, K, x, K, tile, K, 0, out[n0:], N)
+	})
+}
+
+// tilesN computes out = x @ W (x is (M, N)) one tile of W's rows at a time,
+// accumulating out += x[:, n0:n1] @ tile.
+func tilesN(out, x []float32, M, N, K int, fill tileFiller) {
+	eachTile(N, K, fill, func(n0, n1 int, tile []float32) {
 		beta := float32(1)
 		if n0 == 0 {
 			beta = 0
 		}
-		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, buf, K, beta, out, K)
+		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, tile, K, beta, out, K)
+	})
+}
+
+// eachTile hands f rows [n0, n1) of W filled in as float32, a tile at a time, in order.
+func eachTile(N, K int, fill tileFiller, f func(n0, n1 int, tile []float32)) {
+	T := tileRows(K)
+	buf := getTile(T * K)
+	defer tilePool.Put(buf)
+	for n0 := 0; n0 < N; n0 += T {
+		n1 := min(n0+T, N)
+		fill(buf, n0, n1)
+		f(n0, n1, buf)
 	}
 }
 
