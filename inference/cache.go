@@ -400,9 +400,13 @@ func (l *LayerCache) attend(q, k, v *mx.Array, scale float32) *mx.Array {
 		if l.qk != nil {
 			l.freeze(l.tk, l.tv) // on failure the tail stays as it is
 		} else {
-			keys, vals := cat(2, l.k, l.tk), cat(2, l.v, l.tv)
+			tk, tv := l.tk, l.tv
 			if l.opts.Bits == 16 { // the tail rounded onto the frozen part
-				keys, vals = half(cat(2, l.k, mx.AsType(l.tk, mx.BFloat16))), half(cat(2, l.v, mx.AsType(l.tv, mx.BFloat16)))
+				tk, tv = mx.AsType(tk, mx.BFloat16), mx.AsType(tv, mx.BFloat16)
+			}
+			keys, vals := cat(2, l.k, tk), cat(2, l.v, tv)
+			if l.opts.Bits == 16 {
+				keys, vals = half(keys), half(vals)
 			}
 			if firstErr(keys, vals) == nil {
 				l.k, l.v, l.tk, l.tv = keys, vals, nil, nil

@@ -180,9 +180,11 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 	_, compacts := b.(mx.Compacter)
 	src.compact = compacts && !opts.KeepDType && opts.DType == mx.Float32 && !opts.WidenWeights
 	bd := newBinder(src, &m.cfg)
-	bd.floatRows = src.compact
 	if err := m.bind(bd); err != nil {
 		return nil, err
+	}
+	if src.compact { // float32 activations, whatever the table's dtype
+		m.Embed.dtype = mx.Float32
 	}
 	var extra []string
 	for _, n := range set.Names() {

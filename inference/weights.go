@@ -50,9 +50,6 @@ type binder struct {
 	src  source
 	cfg  *Config
 	used map[string]bool
-	// floatRows makes a dense embedding give float32 rows whatever its table's
-	// dtype: the table may be a compact 16-bit one under float32 activations.
-	floatRows bool
 }
 
 func newBinder(src source, cfg *Config) *binder {
@@ -160,9 +157,6 @@ func (b *binder) embedding(path string, e *Embedding) error {
 	e.Weight, err = b.tensor(path+".weight", []int{e.Vocab, e.Dim}, isFloat, "a float type")
 	if err == nil {
 		e.dtype = e.Weight.DType()
-		if b.floatRows {
-			e.dtype = mx.Float32
-		}
 	}
 	return err
 }

@@ -233,18 +233,22 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 	rows := hq / hkv * l
 	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
 	kh, vh := make([][]uint16, len(ks)), make([][]uint16, len(ks)) // compact bfloat16 parts
-	s := s0
+	s, half := s0, false
 	for i := range ks {
 		kh[i], kf[i] = bf16Part(ks[i])
 		vh[i], vf[i] = bf16Part(vs[i])
 		sz[i] = ks[i].Dim(2)
 		s += sz[i]
+		half = half || kh[i] != nil || vh[i] != nil
 	}
 	qf := h(q).f
 	out := newFZero(b * hq * l * dv)
 	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*(d+dv))), func(lo, hi int) {
-		p, ht := make([]float32, rows*s), make([]float32, bf16Block*max(d, dv))
-		var qp, qsum, tmp []float32
+		p := make([]float32, rows*s)
+		var qp, qsum, tmp, ht []float32
+		if half { // the bf16 kernels' block of widened positions
+			ht = make([]float32, bf16Block*max(d, dv))
+		}
 		if kq != nil {
 			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, 8*kq.dp)
 		}
