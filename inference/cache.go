@@ -81,7 +81,7 @@ func (o CacheOptions) Validate() error {
 		return nil
 	}
 	if err := quant.Validate(o.Bits, o.GroupSize); err != nil {
-		return fmt.Errorf("inference: kv cache: %w", err)
+		return fmt.Errorf("inference: kv cache: %w; or 16 bits, bfloat16", err)
 	}
 	return nil
 }

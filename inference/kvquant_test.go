@@ -3,6 +3,7 @@ package inference
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -109,9 +110,11 @@ func TestQuantizedCacheBytes(t *testing.T) {
 
 func TestCacheOptionsRefused(t *testing.T) {
 	m := NewRandom(tinyConfig("llama"), 7, cpu(t))
-	for _, o := range []CacheOptions{{Bits: 7}, {Bits: 8, GroupSize: 48}, {Bits: 1}} {
+	for _, o := range []CacheOptions{{Bits: 7}, {Bits: 8, GroupSize: 48}, {Bits: 1}, {Bits: 17}, {Bits: 32}} {
 		if _, err := NewSessionWith(m, o); err == nil {
 			t.Errorf("%+v accepted", o)
+		} else if o.Bits != 8 && !strings.Contains(err.Error(), "or 16 bits") {
+			t.Errorf("%+v: %v does not name the 16-bit cache", o, err)
 		}
 	}
 }
