@@ -346,22 +346,28 @@ func BenchmarkHalfMatVec(b *testing.B) {
 	}
 }
 
-// BenchmarkHalfCrossover times the fused kernel against widened tiles and sgemm per row of
-// x, to place halfFusedMax.
+// BenchmarkHalfCrossover times the fused kernels against widened tiles and sgemm per row of
+// x, to place halfFusedMax: x @ W^T (T, the forward pass) and x @ W (N, its backward).
 func BenchmarkHalfCrossover(b *testing.B) {
-	for _, shape := range [][2]int{{3072, 1024}, {4096, 4096}} {
+	for _, shape := range [][2]int{{4096, 192}, {3072, 1024}, {4096, 4096}} {
 		N, K := shape[0], shape[1]
 		ws := halfCopies(N, K)
 		for _, M := range []int{4, 8, 16, 32, 64} {
-			x, out := make([]float32, M*K), make([]float32, M*N)
-			for _, strategy := range []string{"fused", "tiled"} {
+			x, out := make([]float32, M*max(N, K)), make([]float32, M*max(N, K))
+			for _, strategy := range []string{"T-fused", "T-tiled", "N-fused", "N-tiled"} {
 				b.Run(fmt.Sprintf("%dx%d/M=%d/%s", N, K, M, strategy), func(b *testing.B) {
 					i := 0
 					for b.Loop() {
-						if strategy == "fused" {
-							halfFused(out, x, M, K, ws[i%len(ws)], N, false)
-						} else {
-							halfTiled(out, x, M, K, ws[i%len(ws)], N, false)
+						w := ws[i%len(ws)]
+						switch strategy {
+						case "T-fused":
+							halfFused(out, x, M, K, w, N, false)
+						case "T-tiled":
+							halfTiled(out, x, M, K, w, N, false)
+						case "N-fused":
+							halfFusedN(out, x, M, N, w, K, false)
+						case "N-tiled":
+							tilesN(out, x, M, N, K, widener(w, K, false))
 						}
 						i++
 					}

@@ -63,6 +63,26 @@ void qmm_half_gemv_t_portable(const uint16_t *w, int K, int f16, const float *x,
 	}
 }
 
+// out[m*K + k] = sum_n x[m*N + n] * w[n][k] for m < M and k in [k0, k1): x @ W, the backward
+// of x @ W^T, for a few rows of x. Columns a block at a time, every row of W widened once per
+// block and added into each row of out (a block of M rows stays in L1).
+void qmm_half_gemm_n_portable(const uint16_t *w, int N, int K, int f16, const float *x, int M,
+                              int k0, int k1, float *out) {
+	enum { C = 64 };
+	float row[C];
+	for (int kb = k0; kb < k1; kb += C) {
+		int kn = k1 - kb < C ? k1 - kb : C;
+		for (int m = 0; m < M; m++) memset(out + (long)m * K + kb, 0, sizeof(float) * kn);
+		for (int n = 0; n < N; n++) {
+			qmm_half_widen_portable(w + (long)n * K + kb, kn, f16, row);
+			for (int m = 0; m < M; m++) {
+				float a = x[(long)m * N + n], *o = out + (long)m * K + kb;
+				for (int k = 0; k < kn; k++) o[k] += a * row[k];
+			}
+		}
+	}
+}
+
 #ifdef QMM_X86
 #include <immintrin.h>
 
@@ -171,6 +191,62 @@ static void half_gemv_t_avx2(const uint16_t *w, int K, int f16, const float *x, 
 	for (; n < n1; n++) one[f16][mb - 1](w, K, x, ldx, n, out, ldo);
 }
 
+// x @ W for MB rows of x and 16 columns: MB x 2 accumulators, one pass over W's rows, each
+// row's 16 values widened once for all MB rows. N rows ahead are prefetched (a column
+// block walks W with a stride of a whole row).
+#define HGEMMN(F16, MB)                                                                         \
+	TARGET static void hgemmn_##F16##_##MB(const uint16_t *w, int N, int K, const float *x, int k, \
+	                                       int n0, int n1, float *out) {                       \
+		__m256 acc[MB][2];                                                                     \
+		for (int m = 0; m < MB; m++) {                                                         \
+			acc[m][0] = n0 ? _mm256_loadu_ps(out + (long)m * K + k) : _mm256_setzero_ps();     \
+			acc[m][1] = n0 ? _mm256_loadu_ps(out + (long)m * K + k + 8) : _mm256_setzero_ps(); \
+		}                                                                                      \
+		const uint16_t *wk = w + k;                                                            \
+		for (int n = n0; n < n1; n++) {                                                        \
+			const uint16_t *wr = wk + (long)n * K;                                             \
+			_mm_prefetch((const char *)(wr + 8L * K), _MM_HINT_T0);                            \
+			__m256 w0 = widen8(wr, F16), w1 = widen8(wr + 8, F16);                             \
+			for (int m = 0; m < MB; m++) {                                                     \
+				__m256 xv = _mm256_broadcast_ss(x + (long)m * N + n);                          \
+				acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);                                \
+				acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);                                \
+			}                                                                                  \
+		}                                                                                      \
+		for (int m = 0; m < MB; m++) {                                                         \
+			_mm256_storeu_ps(out + (long)m * K + k, acc[m][0]);                                \
+			_mm256_storeu_ps(out + (long)m * K + k + 8, acc[m][1]);                            \
+		}                                                                                      \
+	}
+HGEMMN(0, 1) HGEMMN(0, 2) HGEMMN(0, 3) HGEMMN(0, 4) HGEMMN(0, 5) HGEMMN(0, 6)
+HGEMMN(1, 1) HGEMMN(1, 2) HGEMMN(1, 3) HGEMMN(1, 4) HGEMMN(1, 5) HGEMMN(1, 6)
+
+typedef void hgemmn_fn(const uint16_t *, int, int, const float *, int, int, int, float *);
+static hgemmn_fn *const gemmn[2][7] = {
+	{NULL, hgemmn_0_1, hgemmn_0_2, hgemmn_0_3, hgemmn_0_4, hgemmn_0_5, hgemmn_0_6},
+	{NULL, hgemmn_1_1, hgemmn_1_2, hgemmn_1_3, hgemmn_1_4, hgemmn_1_5, hgemmn_1_6},
+};
+
+// A band of NB rows of W at a time, and in it every block of columns (its strips stay in
+// cache while the blocks of rows of x pass over them): a block walking all of W's rows at
+// once would touch a new page every row or two, more than the TLB holds. The last K % 16
+// columns of [k0, k1) go through the portable kernel.
+enum { NB = 128 };
+
+static void half_gemm_n_avx2(const uint16_t *w, int N, int K, int f16, const float *x, int M,
+                             int k0, int k1, float *out) {
+	int kf = k0 + (k1 - k0) / 16 * 16;
+	for (int n0 = 0; n0 < N; n0 += NB) {
+		int n1 = N - n0 < NB ? N : n0 + NB;
+		for (int k = k0; k < kf; k += 16)
+			for (int m = 0; m < M; m += 6) {
+				int mb = M - m < 6 ? M - m : 6;
+				gemmn[f16][mb](w, N, K, x + (long)m * N, k, n0, n1, out + (long)m * K);
+			}
+	}
+	if (kf < k1) qmm_half_gemm_n_portable(w, N, K, f16, x, M, kf, k1, out);
+}
+
 #define TARGET512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 TARGET512 INLINE __m512 widen16(const uint16_t *p, int f16) {
@@ -261,6 +337,62 @@ static void half_gemv_t_avx512(const uint16_t *w, int K, int f16, const float *x
 	for (; n < n1; n++) one512[f16][mb - 1](w, K, x, ldx, n, out, ldo);
 }
 
+// The AVX-512 form of HGEMMN: 32 columns (one 64-byte line of each row of W) a step, up to 8
+// rows of x; a final partial block is loaded and stored under masks.
+#define HGEMMN512(F16, MB)                                                                      \
+	TARGET512 static void hgemmn512_##F16##_##MB(const uint16_t *w, int N, int K, const float *x, int k, \
+	                                             int cols, int n0, int n1, float *out) {       \
+		__m512 acc[MB][2];                                                                     \
+		__mmask32 km = cols >= 32 ? 0xffffffffu : (__mmask32)((1u << cols) - 1);               \
+		__mmask16 m0 = (__mmask16)km, m1 = (__mmask16)(km >> 16);                              \
+		for (int m = 0; m < MB; m++) {                                                         \
+			acc[m][0] = n0 ? _mm512_maskz_loadu_ps(m0, out + (long)m * K + k) : _mm512_setzero_ps(); \
+			acc[m][1] = n0 ? _mm512_maskz_loadu_ps(m1, out + (long)m * K + k + 16) : _mm512_setzero_ps(); \
+		}                                                                                      \
+		const uint16_t *wk = w + k;                                                            \
+		for (int n = n0; n < n1; n++) {                                                        \
+			const uint16_t *wr = wk + (long)n * K;                                             \
+			_mm_prefetch((const char *)(wr + 8L * K), _MM_HINT_T0);                            \
+			__m512i h = cols >= 32 ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(km, wr); \
+			__m256i h0 = _mm512_castsi512_si256(h), h1 = _mm512_extracti64x4_epi64(h, 1);      \
+			__m512 w0 = F16 ? _mm512_cvtph_ps(h0) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16)); \
+			__m512 w1 = F16 ? _mm512_cvtph_ps(h1) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16)); \
+			for (int m = 0; m < MB; m++) {                                                     \
+				__m512 xv = _mm512_set1_ps(x[(long)m * N + n]);                                \
+				acc[m][0] = _mm512_fmadd_ps(w0, xv, acc[m][0]);                                \
+				acc[m][1] = _mm512_fmadd_ps(w1, xv, acc[m][1]);                                \
+			}                                                                                  \
+		}                                                                                      \
+		for (int m = 0; m < MB; m++) {                                                         \
+			_mm512_mask_storeu_ps(out + (long)m * K + k, m0, acc[m][0]);                       \
+			_mm512_mask_storeu_ps(out + (long)m * K + k + 16, m1, acc[m][1]);                  \
+		}                                                                                      \
+	}
+HGEMMN512(0, 1) HGEMMN512(0, 2) HGEMMN512(0, 3) HGEMMN512(0, 4)
+HGEMMN512(0, 5) HGEMMN512(0, 6) HGEMMN512(0, 7) HGEMMN512(0, 8)
+HGEMMN512(1, 1) HGEMMN512(1, 2) HGEMMN512(1, 3) HGEMMN512(1, 4)
+HGEMMN512(1, 5) HGEMMN512(1, 6) HGEMMN512(1, 7) HGEMMN512(1, 8)
+
+typedef void hgemmn512_fn(const uint16_t *, int, int, const float *, int, int, int, int, float *);
+static hgemmn512_fn *const gemmn512[2][9] = {
+	{NULL, hgemmn512_0_1, hgemmn512_0_2, hgemmn512_0_3, hgemmn512_0_4, hgemmn512_0_5, hgemmn512_0_6,
+	 hgemmn512_0_7, hgemmn512_0_8},
+	{NULL, hgemmn512_1_1, hgemmn512_1_2, hgemmn512_1_3, hgemmn512_1_4, hgemmn512_1_5, hgemmn512_1_6,
+	 hgemmn512_1_7, hgemmn512_1_8},
+};
+
+static void half_gemm_n_avx512(const uint16_t *w, int N, int K, int f16, const float *x, int M,
+                               int k0, int k1, float *out) {
+	for (int n0 = 0; n0 < N; n0 += NB) {
+		int n1 = N - n0 < NB ? N : n0 + NB;
+		for (int k = k0; k < k1; k += 32)
+			for (int m = 0; m < M; m += 8) {
+				int mb = M - m < 8 ? M - m : 8;
+				gemmn512[f16][mb](w, N, K, x + (long)m * N, k, k1 - k, n0, n1, out + (long)m * K);
+			}
+	}
+}
+
 TARGET static void half_widen_avx2(const uint16_t *w, long n, int f16, float *dst) {
 	long i = 0;
 	for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, widen8(w + i, f16));
@@ -306,3 +438,14 @@ void qmm_half_gemv_t_batch(const uint16_t *w, int K, int f16, const float *x, in
 	}
 }
 
+void qmm_half_gemm_n(const uint16_t *w, int N, int K, int f16, const float *x, int M, int k0,
+                     int k1, float *out) {
+#ifdef QMM_X86
+	if (use_avx2()) {
+		if (qmm_simd() >= 2) half_gemm_n_avx512(w, N, K, f16 != 0, x, M, k0, k1, out);
+		else half_gemm_n_avx2(w, N, K, f16 != 0, x, M, k0, k1, out);
+		return;
+	}
+#endif
+	qmm_half_gemm_n_portable(w, N, K, f16 != 0, x, M, k0, k1, out);
+}

@@ -80,7 +80,9 @@ func widener(w []uint16, K int, f16 bool) tileFiller {
 }
 
 // HalfMatMul sets out = x @ W: W is (N, K) as in HalfMatMulT, x is (M, N), out is (M, K).
-// It is the backward of HalfMatMulT with respect to x, one widened tile of W at a time.
+// It is the backward of HalfMatMulT with respect to x: for a few rows of x W is read once
+// per block of rows and widened as it is read, split over cores by columns; more rows widen
+// tiles of W for sgemm.
 func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
 	checkHalf("HalfMatMul", w, N, K)
 	if len(x) < M*N || len(out) < M*K || M < 0 {
@@ -93,7 +95,18 @@ func HalfMatMul(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
 		clear(out[:M*K])
 		return
 	}
+	if M <= halfFusedMax() {
+		halfFusedN(out, x, M, N, w, K, f16)
+		return
+	}
 	tilesN(out, x, M, N, K, widener(w, K, f16))
+}
+
+// halfFusedN is x @ W through the fused kernel, split over cores by blocks of 32 columns.
+func halfFusedN(out, x []float32, M, N int, w []uint16, K int, f16 bool) {
+	parallel(K, 32, N*2, func(k0, k1 int) {
+		C.qmm_half_gemm_n(hp(w), C.int(N), C.int(K), cbool(f16), fp(x), C.int(M), C.int(k0), C.int(k1), fp(out))
+	})
 }
 
 // HalfWiden sets dst[i] to src[i] widened to float32 (exact), on all cores.

@@ -76,6 +76,11 @@ void qmm_gemv_avx512(const qmm_w *w, int n0, int n1, const float *x, int ldx, in
 void qmm_half_widen(const uint16_t *w, long n, int f16, float *dst);
 void qmm_half_gemv_t_batch(const uint16_t *w, int K, int f16, const float *x, int M,
                            int n0, int n1, float *out, int ldo);
+// qmm_half_gemm_n sets out[m*K + k] = sum_n x[m*N + n] * w[n][k] for m < M, k in [k0, k1).
+void qmm_half_gemm_n(const uint16_t *w, int N, int K, int f16, const float *x, int M, int k0,
+                     int k1, float *out);
+void qmm_half_gemm_n_portable(const uint16_t *w, int N, int K, int f16, const float *x, int M,
+                              int k0, int k1, float *out);
 void qmm_half_widen_portable(const uint16_t *w, long n, int f16, float *dst);
 void qmm_half_gemv_t_portable(const uint16_t *w, int K, int f16, const float *x, int ldx, int mb,
                               int n0, int n1, float *out, int ldo);
