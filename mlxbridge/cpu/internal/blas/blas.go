@@ -42,6 +42,11 @@ import "runtime"
 // split reports whether calls are cut over the cores here (BLAS itself single-threaded).
 var split = runtime.GOOS != "darwin"
 
+// Splits reports whether calls are cut over the cores here, so that a caller running one
+// single-threaded product per core (SgemmOne) has the cores to itself; where not (macOS),
+// BLAS threads its own calls and such a caller should hand it whole products instead.
+func Splits() bool { return split }
+
 // cores is how many parts a call is cut into at most: the caller and the pool's threads.
 // A GOMAXPROCS above the machine's cores (set by hand) would only add spinning threads.
 var cores = min(runtime.GOMAXPROCS(0), runtime.NumCPU())

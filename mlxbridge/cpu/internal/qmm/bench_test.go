@@ -279,9 +279,10 @@ func BenchmarkDequantTiles(b *testing.B) {
 			defer ww.close()
 			T := tileRows(K)
 			buf := make([]float32, T*K)
+			fill := dequantTile(ww)
 			for b.Loop() {
 				for n0 := 0; n0 < N; n0 += T {
-					dequantTile(ww, buf, n0, min(n0+T, N))
+					parallel(min(T, N-n0), 8, K, func(a, c int) { fill(buf[a*K:], n0+a, n0+c) })
 				}
 			}
 			b.ReportMetric(float64(N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gweights/s")
@@ -374,6 +375,42 @@ func BenchmarkHalfCrossover(b *testing.B) {
 					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(M), "us/row")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkTiles is the sgemm path of a 16-bit W at 64 rows of x (a TTT step's piece, a
+// short prompt), against sgemm on the same W in float32: x @ W^T (T) and x @ W (N), for
+// Qwen3-0.6B's output projection and two of its block's shapes.
+func BenchmarkTiles(b *testing.B) {
+	for _, s := range [][2]int{{151936, 1024}, {3072, 1024}, {1024, 3072}} {
+		N, K := s[0], s[1]
+		M := 64
+		w16 := make([]uint16, N*K)
+		for i := range w16 {
+			w16[i] = uint16(0x3c00 + i%7)
+		}
+		w32 := make([]float32, N*K)
+		HalfWiden(w32, w16, false)
+		x := make([]float32, M*max(N, K))
+		out := make([]float32, M*max(N, K))
+		flops := 2 * float64(M) * float64(N) * float64(K)
+		for _, st := range []string{"T16", "T32", "N16", "N32"} {
+			b.Run(fmt.Sprintf("%dx%d/%s", N, K, st), func(b *testing.B) {
+				for b.Loop() {
+					switch st {
+					case "T16":
+						halfTiled(out, x, M, K, w16, N, false)
+					case "T32":
+						blas.Sgemm(false, true, M, N, K, x, K, w32, K, 0, out, N)
+					case "N16":
+						tilesN(out, x, M, N, K, widener(w16, K, false))
+					case "N32":
+						blas.Sgemm(false, false, M, K, N, x, N, w32, K, 0, out, K)
+					}
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		}
 	}
 }

@@ -76,7 +76,9 @@ func halfTiled(out, x []float32, M, K int, w []uint16, N int, f16 bool) {
 
 // widener fills tiles with rows of a 16-bit W (N, K) widened.
 func widener(w []uint16, K int, f16 bool) tileFiller {
-	return func(tile []float32, n0, n1 int) { HalfWiden(tile[:(n1-n0)*K], w[n0*K:n1*K], f16) }
+	return func(tile []float32, n0, n1 int) {
+		C.qmm_half_widen(hp(w[n0*K:]), C.long((n1-n0)*K), cbool(f16), fp(tile))
+	}
 }
 
 // HalfMatMul sets out = x @ W: W is (N, K) as in HalfMatMulT, x is (M, N), out is (M, K).

@@ -219,12 +219,11 @@ const tileBytes = 4 << 20
 
 func tileRows(K int) int { return max(32, min(512, tileBytes/(4*K))/32*32) }
 
-// dequantTile dequantizes rows [n0, n1) of W into buf on all cores.
-func dequantTile(w *weights, buf []float32, n0, n1 int) {
-	K := w.K
-	parallel(n1-n0, 8, K, func(a, b int) {
-		C.qmm_dequant(&w.c, C.int(n0+a), C.int(n0+b), (*C.float)(&buf[a*K]))
-	})
+// dequantTile dequantizes rows [n0, n1) of W into buf.
+func dequantTile(w *weights) tileFiller {
+	return func(buf []float32, n0, n1 int) {
+		C.qmm_dequant(&w.c, C.int(n0), C.int(n1), (*C.float)(&buf[0]))
+	}
 }
 
 // tilePool recycles the dequantized tiles (megabytes each), which would otherwise be
@@ -239,47 +238,109 @@ func getTile(n int) []float32 {
 }
 
 // tiledT computes out = x @ dequant(W)^T one dequantized tile of W's rows at a time.
-func tiledT(w *weights, out, x []float32, M int) {
-	tilesT(out, x, M, w.K, w.N, func(tile []float32, n0, n1 int) { dequantTile(w, tile, n0, n1) })
-}
+func tiledT(w *weights, out, x []float32, M int) { tilesT(out, x, M, w.K, w.N, dequantTile(w)) }
 
 // tiled computes out = x @ dequant(W) one dequantized tile of W's rows at a time.
-func tiled(w *weights, out, x []float32, M int) {
-	tilesN(out, x, M, w.N, w.K, func(tile []float32, n0, n1 int) { dequantTile(w, tile, n0, n1) })
-}
+func tiled(w *weights, out, x []float32, M int) { tilesN(out, x, M, w.N, w.K, dequantTile(w)) }
 
 // A tile filler writes rows [n0, n1) of a W (N, K) held otherwise (packed, 16-bit) into
-// tile as float32, row-major.
+// tile as float32, row-major, on the calling goroutine.
 type tileFiller func(tile []float32, n0, n1 int)
 
-// tilesT computes out = x @ W^T one tile of W's rows at a time: out[:, n0:n1] =
-// x @ tile^T, with package blas spreading each product over the cores.
+// Where package blas cuts products over the cores (Linux), each core takes rows of W of its
+// own, fills a tile of them and multiplies it single-threaded, a tile at a time: no hand-over
+// per tile, and every tile is used from the cache of the core that wrote it. Handing each
+// shared tile to sgemm split over the cores ran a 64-row product at half the speed of sgemm
+// on float32 W (BenchmarkTiles). Where BLAS threads its own calls (macOS), tiles are
+// filled on all cores and handed to it whole.
+
+// tilesT computes out = x @ W^T a tile of W's rows at a time: out[:, n0:n1] = x @ tile^T.
 func tilesT(out, x []float32, M, K, N int, fill tileFiller) {
-	eachTile(N, K, fill, func(n0, n1 int, tile []float32) {
-		blas.Sgemm(false, true, M, n1-n0, K, x, K, tile, K, 0, out[n0:], N)
-	})
-}
-
-// tilesN computes out = x @ W (x is (M, N)) one tile of W's rows at a time,
-// accumulating out += x[:, n0:n1] @ tile.
-func tilesN(out, x []float32, M, N, K int, fill tileFiller) {
-	eachTile(N, K, fill, func(n0, n1 int, tile []float32) {
-		beta := float32(1)
-		if n0 == 0 {
-			beta = 0
+	if !blas.Splits() {
+		eachTile(N, K, fill, func(n0, n1 int, tile []float32) {
+			blas.Sgemm(false, true, M, n1-n0, K, x, K, tile, K, 0, out[n0:], N)
+		})
+		return
+	}
+	T := coreTileRows(K)
+	parallel(N, 32, M*K, func(lo, hi int) {
+		tile := getTile(T * K)
+		defer tilePool.Put(tile)
+		for n0 := lo; n0 < hi; n0 += T {
+			n1 := min(n0+T, hi)
+			fill(tile, n0, n1)
+			blas.SgemmOne(false, true, M, n1-n0, K, x, K, tile, K, 0, out[n0:], N)
 		}
-		blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, tile, K, beta, out, K)
 	})
 }
 
-// eachTile hands f rows [n0, n1) of W filled in as float32, a tile at a time, in order.
+// tilesN computes out = x @ W (x is (M, N)) a tile of W's rows at a time, accumulating out
+// += x[:, n0:n1] @ tile. Per core, each core sums its rows' share into a buffer of its own
+// (the first into out), added up at the end; when those buffers would be large (many rows of
+// x) the tiles are shared instead.
+func tilesN(out, x []float32, M, N, K int, fill tileFiller) {
+	ranges := split(N, 32, M*K)
+	if !blas.Splits() || len(ranges) < 2 || M*K > partialMax {
+		eachTile(N, K, fill, func(n0, n1 int, tile []float32) {
+			beta := float32(1)
+			if n0 == 0 {
+				beta = 0
+			}
+			blas.Sgemm(false, false, M, K, n1-n0, x[n0:], N, tile, K, beta, out, K)
+		})
+		return
+	}
+	T := coreTileRows(K)
+	parts := make([][]float32, len(ranges))
+	run(ranges, func(i, lo, hi int) {
+		part := out[:M*K]
+		if i > 0 {
+			part = getTile(M * K)
+			parts[i] = part
+		}
+		tile := getTile(T * K)
+		defer tilePool.Put(tile)
+		for n0 := lo; n0 < hi; n0 += T {
+			n1 := min(n0+T, hi)
+			fill(tile, n0, n1)
+			beta := float32(1)
+			if n0 == lo {
+				beta = 0
+			}
+			blas.SgemmOne(false, false, M, K, n1-n0, x[n0:], N, tile, K, beta, part, K)
+		}
+	})
+	for _, p := range parts[1:] {
+		addTo(out[:M*K], p)
+		tilePool.Put(p)
+	}
+}
+
+// partialMax bounds, in floats, the per-core partial sums tilesN keeps (4 MiB each).
+const partialMax = 1 << 20
+
+// coreTileRows is the rows of a tile one core fills and multiplies: half the shared tile.
+func coreTileRows(K int) int { return max(16, min(256, tileBytes/2/(4*K))/16*16) }
+
+// addTo sets dst += src.
+func addTo(dst, src []float32) {
+	parallel(len(dst), 64, 12, func(lo, hi int) {
+		d, s := dst[lo:hi], src[lo:hi]
+		for i := range d {
+			d[i] += s[i]
+		}
+	})
+}
+
+// eachTile hands f rows [n0, n1) of W filled in as float32 (on all cores), a tile at a
+// time, in order.
 func eachTile(N, K int, fill tileFiller, f func(n0, n1 int, tile []float32)) {
 	T := tileRows(K)
 	buf := getTile(T * K)
 	defer tilePool.Put(buf)
 	for n0 := 0; n0 < N; n0 += T {
 		n1 := min(n0+T, N)
-		fill(buf, n0, n1)
+		parallel(n1-n0, 8, K, func(a, b int) { fill(buf[a*K:], n0+a, n0+b) })
 		f(n0, n1, buf)
 	}
 }
