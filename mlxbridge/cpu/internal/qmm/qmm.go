@@ -316,8 +316,9 @@ func tilesN(out, x []float32, M, N, K int, fill tileFiller) {
 	}
 }
 
-// partialMax bounds, in floats, the per-core partial sums tilesN keeps (4 MiB each).
-const partialMax = 1 << 20
+// partialMax bounds, in floats, the per-core partial sums tilesN keeps (16 MiB each: a
+// 512-token row's input gradient through Qwen3-0.6B's down projection takes 6).
+const partialMax = 1 << 22
 
 // coreTileRows is the rows of a tile one core fills and multiplies: half the shared tile.
 func coreTileRows(K int) int { return max(16, min(256, tileBytes/2/(4*K))/16*16) }
