@@ -184,6 +184,12 @@ type (
 	GlobalNormer interface {
 		GlobalNorm(xs []*Array) (Handle, error)
 	}
+	// CrossEntropyGrader is CrossEntropy's backward pass in one op: g·(softmax(x) −
+	// onehot(targets)) along the last axis, from the logits x (..., V), their
+	// log-sum-exp lse (...), the targets (...) and the loss's cotangent g (...).
+	CrossEntropyGrader interface {
+		CrossEntropyGrad(x, lse, targets, g *Array) (Handle, error)
+	}
 	// Grader is implemented by backends with their own autodiff (MLX).
 	Grader interface {
 		ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grads []*Array, err error)

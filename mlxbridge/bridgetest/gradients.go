@@ -118,6 +118,47 @@ func (s *suite) gradients(t *testing.T) {
 	expect(t, "stop_gradient blocks", g[1], []int{3}, []float64{0, 0, 0}, 0, 0)
 }
 
+// crossEntropyFused: CrossEntropy's gradient (one backend op where the backend has
+// CrossEntropyGrader) equals, bit for bit, the gradient through the ops it is made of,
+// across rows long enough to be split over cores and with targets at both ends.
+func (s *suite) crossEntropyFused(t *testing.T) {
+	for _, sh := range [][2]int{{6, 7}, {5, 9000}} {
+		rows, v := sh[0], sh[1]
+		x := s.arr(func() []float32 {
+			r := randn(41, rows*v)
+			for i := range r {
+				r[i] *= 4
+			}
+			return r
+		}(), rows, v)
+		tg := make([]int32, rows)
+		for i := range tg {
+			tg[i] = int32((i * 7919) % v)
+		}
+		tg[0], tg[rows-1] = 0, int32(v-1)
+		targets, w := s.ints(tg, rows), s.randn(43, rows)
+		grad := func(ce func(x *mx.Array) *mx.Array) []float64 {
+			_, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array {
+				return []*mx.Array{mx.Sum(mx.Mul(ce(p[0]), w), nil, false)}
+			}, []*mx.Array{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return get(t, g[0])
+		}
+		fused := grad(func(x *mx.Array) *mx.Array { return mx.CrossEntropy(x, targets) })
+		composed := grad(func(x *mx.Array) *mx.Array {
+			picked := mx.Squeeze(mx.TakeAlongAxis(x, mx.ExpandDims(targets, -1), -1), -1)
+			return mx.Sub(mx.LogSumExp(x, []int{-1}, false), picked)
+		})
+		for i := range fused {
+			if fused[i] != composed[i] {
+				t.Fatalf("%dx%d: gradient [%d] = %v, composed %v", rows, v, i, fused[i], composed[i])
+			}
+		}
+	}
+}
+
 // checkGrad compares ValueAndGrad with central differences, each function value
 // accumulated in float64 from the float32 outputs.
 func (s *suite) checkGrad(t *testing.T, seed uint64, c gradCase) {

@@ -333,13 +333,14 @@ func gatherBuf(dt mx.DType, src *buf, n int, shape, strides []int, base int) *bu
 }
 
 var (
-	_ mx.Backend           = (*Backend)(nil)
-	_ mx.CacheClearer      = (*Backend)(nil)
-	_ mx.AdamUpdater       = (*Backend)(nil)
-	_ mx.GlobalNormer      = (*Backend)(nil)
-	_ mx.Sorter            = (*Backend)(nil)
-	_ mx.CumSummer         = (*Backend)(nil)
-	_ mx.PartsAttender     = (*Backend)(nil)
-	_ mx.Compacter         = (*Backend)(nil)
-	_ mx.QuantizedAttender = (*Backend)(nil)
+	_ mx.Backend            = (*Backend)(nil)
+	_ mx.CacheClearer       = (*Backend)(nil)
+	_ mx.AdamUpdater        = (*Backend)(nil)
+	_ mx.GlobalNormer       = (*Backend)(nil)
+	_ mx.Sorter             = (*Backend)(nil)
+	_ mx.CumSummer          = (*Backend)(nil)
+	_ mx.PartsAttender      = (*Backend)(nil)
+	_ mx.Compacter          = (*Backend)(nil)
+	_ mx.QuantizedAttender  = (*Backend)(nil)
+	_ mx.CrossEntropyGrader = (*Backend)(nil)
 )

@@ -136,6 +136,21 @@ void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d) {
 	}
 }
 
+// The cross-entropy's backward pass, one pass over the logits: row r of out is
+// g[r]·e^(x − lse[r]), less g[r] at the target t[r] (checked by the caller). The same
+// float operations, in the same order, as the composed backward (the log-sum-exp's
+// g·e^(x − lse) plus the picked logit's −g scattered in), so the two agree bit for bit.
+MULTIVERSION
+void inloop_xent_grad_rows(float *out, const float *x, const float *lse, const float *g, const int32_t *t,
+                           size_t rows, size_t d) {
+	for (size_t r = 0; r < rows; r++) {
+		const float *xr = x + r * d;
+		float *o = out + r * d, l = lse[r], gr = g[r];
+		for (size_t j = 0; j < d; j++) o[j] = gr * exp_poly(xr[j] - l);
+		o[t[r]] += -gr;
+	}
+}
+
 #if defined(__clang__)
 #define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else

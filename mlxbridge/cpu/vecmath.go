@@ -24,6 +24,15 @@ func softmaxRows(out, x []float32, d int) {
 	vecRows(out, x, d, d, func(o, i *C.float, r, n C.size_t) { C.inloop_softmax_rows(o, i, r, n) })
 }
 
+// xentGradRows is the cross-entropy's backward pass over rows of length d (see
+// inloop_xent_grad_rows); t holds each row's target, in [0, d).
+func xentGradRows(out, x, lse, g []float32, t []int32, d int) {
+	parallel(len(t), max(1, elemGrain/d), func(lo, hi int) {
+		C.inloop_xent_grad_rows(cf(out[lo*d:]), cf(x[lo*d:]), cf(lse[lo:]), cf(g[lo:]),
+			(*C.int32_t)(unsafe.Pointer(&t[lo])), C.size_t(hi-lo), C.size_t(d))
+	})
+}
+
 func logSumExpRows(out, x []float32, d int) {
 	vecRows(out, x, 1, d, func(o, i *C.float, r, n C.size_t) { C.inloop_logsumexp_rows(o, i, r, n) })
 }
