@@ -29,6 +29,14 @@ func Checkpoints(b Backend) bool {
 	return !own
 }
 
+// FusesCrossEntropy reports whether CrossEntropy's backward on b is one op
+// (CrossEntropyGrader under this package's autodiff), which holds the logits'
+// gradient and nothing else the size of the logits.
+func FusesCrossEntropy(b Backend) bool {
+	_, ok := b.(CrossEntropyGrader)
+	return ok && Checkpoints(b)
+}
+
 // Checkpoint returns f(x), recording for the reverse pass only x and the
 // traced arrays f reads; the backward pass calls f again. f must compute the
 // same thing each time it is called with x (the same dropout masks, say),

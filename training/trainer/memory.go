@@ -35,7 +35,8 @@ func (e Estimate) Fits() bool { return e.Available <= 0 || e.Total() <= e.Availa
 // EstimateMemory sizes a run of batch rows of seq tokens: per layer and token
 // the float32 intermediates of a transformer block (≈ 8·hidden + 4·intermediate
 // values, attention scores of heads·seq, twice for the backward pass), the
-// logits three times (logits, log-softmax, their gradient) — of one chunk of the
+// logits three times (logits, log-softmax, their gradient; twice with
+// s.FusedLoss, whose backward is one pass) — of one chunk of the
 // loss with s.ChunkedLoss (inference.Loss takes LossChunkBytes of logits at a
 // time), of every position otherwise — and four copies of the adapter
 // parameters. With s.Checkpoint, the blocks keep only their inputs, and one
@@ -55,7 +56,11 @@ func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, b
 	if s.ChunkedLoss {
 		logitRows = min(tokens, max(32, int64(inference.LossChunkBytes)/max(1, 4*int64(vocab))))
 	}
-	act = satAdd(act, satMul(logitRows, satMul(int64(vocab), 12)))
+	perLogit := int64(12)
+	if s.FusedLoss {
+		perLogit = 8
+	}
+	act = satAdd(act, satMul(logitRows, satMul(int64(vocab), perLogit)))
 	return Estimate{
 		Weights:      weights,
 		Activations:  act,
@@ -68,13 +73,14 @@ func EstimateMemory(weights int64, hidden, intermediate, heads, layers, vocab, b
 
 // Saving is what a run does to hold less memory, as its backend allows
 // (mx.Checkpoints): the loss in chunks, each chunk's logits gone once its gradient
-// is taken, and every block recomputed in the backward pass.
-type Saving struct{ ChunkedLoss, Checkpoint bool }
+// is taken, every block recomputed in the backward pass, and the cross-entropy's
+// backward in one pass (mx.FusesCrossEntropy).
+type Saving struct{ ChunkedLoss, Checkpoint, FusedLoss bool }
 
 // savingFor is what a run on b can save, with blocks checkpointed or not.
 func savingFor(b mx.Backend, checkpoint bool) Saving {
 	ok := mx.Checkpoints(b)
-	return Saving{ChunkedLoss: ok, Checkpoint: ok && checkpoint}
+	return Saving{ChunkedLoss: ok, Checkpoint: ok && checkpoint, FusedLoss: mx.FusesCrossEntropy(b)}
 }
 
 // EstimateRun is the estimate a run of a model of cfg on b is admitted on: with

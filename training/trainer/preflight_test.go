@@ -209,7 +209,7 @@ func TestCheckpointWhenMemoryShort(t *testing.T) {
 		t.Fatalf("checkpointed with memory to spare")
 	}
 	me, mc := plainRun.memory, plainRun.m.Config()
-	ck := EstimateMemory(me.Weights, mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, me.Batch, me.Seq, me.Adapters, Saving{ChunkedLoss: true, Checkpoint: true})
+	ck := EstimateMemory(me.Weights, mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumHiddenLayers, mc.VocabSize, me.Batch, me.Seq, me.Adapters, savingFor(plainRun.m.Backend(), true))
 	if ck.Total() >= me.Total() {
 		t.Fatalf("checkpointed estimate %d bytes, plain %d: no saving", ck.Total(), me.Total())
 	}
