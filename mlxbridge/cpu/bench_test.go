@@ -88,6 +88,29 @@ func BenchmarkRMSNorm(b *testing.B) {
 	}
 }
 
+// BenchmarkBinary is the elementwise arithmetic of a training step on a 512-token row's
+// activations (512 × 1024 floats, in cache): added elementwise, scaled by a scalar and
+// multiplied by a row broadcast.
+func BenchmarkBinary(b *testing.B) {
+	be := New()
+	x, y := randArray(be, 1, 512, 1024), randArray(be, 2, 512, 1024)
+	s, row := randArray(be, 3), randArray(be, 4, 512, 1)
+	for name, f := range map[string]func() *mx.Array{
+		"add":       func() *mx.Array { return mx.Add(x, y) },
+		"scalar":    func() *mx.Array { return mx.Mul(x, s) },
+		"broadcast": func() *mx.Array { return mx.Mul(x, row) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(512 * 1024 * 4)
+			for b.Loop() {
+				if err := mx.Eval(f()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkSoftmax(b *testing.B) {
 	be := New()
 	x := randArray(be, 1, 512, 32000)

@@ -101,9 +101,31 @@ func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
 	return fbuf(out), nil
 }
 
+// cBinary numbers the ops inloop_binary (vecmath.c) runs; cBinaryMin is the length from
+// which its vector loop repays the call into C.
+func cBinary(op mx.BinaryOp) (int, bool) {
+	switch op {
+	case mx.OpAdd:
+		return 0, true
+	case mx.OpSub:
+		return 1, true
+	case mx.OpMul:
+		return 2, true
+	case mx.OpDiv:
+		return 3, true
+	}
+	return 0, false
+}
+
+const cBinaryMin = 64
+
 // binaryKernel applies op to n elements: out[i] = a[i*as] op b[i*bs], with as, bs in {0, 1}.
 func binaryKernel(op mx.BinaryOp, out, a []float32, as int, b []float32, bs int) {
 	n := len(out)
+	if c, ok := cBinary(op); ok && n >= cBinaryMin && as|bs == 1 {
+		binaryVec(c, out, a, as, b, bs)
+		return
+	}
 	switch {
 	case op == mx.OpAdd && as == 1 && bs == 1:
 		for i := range out {

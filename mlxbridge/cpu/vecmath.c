@@ -136,6 +136,27 @@ void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d) {
 	}
 }
 
+// out[i] = a[i·as] op b[i·bs] for op 0 add, 1 sub, 2 mul, 3 div and strides as, bs in
+// {0, 1}: the elementwise arithmetic of training and prefill, vectorized (a plain Go loop
+// does one element at a time). Each result is the one correctly rounded IEEE operation,
+// as in Go.
+#define BINARY_LOOP(EXPR)                                                   \
+	do {                                                                    \
+		if (as && bs) for (size_t i = 0; i < n; i++) { float x = a[i], y = b[i]; out[i] = EXPR; } \
+		else if (as) { float y = b[0]; for (size_t i = 0; i < n; i++) { float x = a[i]; out[i] = EXPR; } } \
+		else { float x = a[0]; for (size_t i = 0; i < n; i++) { float y = b[i]; out[i] = EXPR; } } \
+	} while (0)
+
+MULTIVERSION
+void inloop_binary(int op, float *out, const float *a, int as, const float *b, int bs, size_t n) {
+	switch (op) {
+	case 0: BINARY_LOOP(x + y); break;
+	case 1: BINARY_LOOP(x - y); break;
+	case 2: BINARY_LOOP(x * y); break;
+	case 3: BINARY_LOOP(x / y); break;
+	}
+}
+
 // The cross-entropy's backward pass, one pass over the logits: row r of out is
 // g[r]·e^(x − lse[r]), less g[r] at the target t[r] (checked by the caller). The same
 // float operations, in the same order, as the composed backward (the log-sum-exp's

@@ -24,6 +24,11 @@ func softmaxRows(out, x []float32, d int) {
 	vecRows(out, x, d, d, func(o, i *C.float, r, n C.size_t) { C.inloop_softmax_rows(o, i, r, n) })
 }
 
+// binaryVec is inloop_binary over len(out) elements, on the calling goroutine.
+func binaryVec(op int, out, a []float32, as int, b []float32, bs int) {
+	C.inloop_binary(C.int(op), cf(out), cf(a), C.int(as), cf(b), C.int(bs), C.size_t(len(out)))
+}
+
 // xentGradRows is the cross-entropy's backward pass over rows of length d (see
 // inloop_xent_grad_rows); t holds each row's target, in [0, d).
 func xentGradRows(out, x, lse, g []float32, t []int32, d int) {

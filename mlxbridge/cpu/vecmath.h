@@ -8,6 +8,7 @@ void inloop_softmax_rows(float *out, const float *x, size_t rows, size_t d);
 void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d);
 void inloop_softmax_causal_rows(float *p, size_t rows, size_t d, size_t first_limit, float scale);
 void inloop_exp(float *y, const float *x, size_t n);
+void inloop_binary(int op, float *out, const float *a, int as, const float *b, int bs, size_t n);
 void inloop_xent_grad_rows(float *out, const float *x, const float *lse, const float *g, const int32_t *t,
                            size_t rows, size_t d);
 void inloop_silu(float *y, const float *x, size_t n);
