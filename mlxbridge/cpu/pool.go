@@ -3,6 +3,28 @@ package cpu
 /*
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+// keep_heap has glibc keep freed buffers (below 256 MiB each, and up to 256 MiB free at the
+// heap's top) in the process for the next malloc instead of returning them to the system
+// at once (by default big blocks are mmap'd and unmapped per call): every page of a fresh
+// block faults on first write, and a training step allocates its working set again
+// between two collections. ClearCache (clearPool) hands the kept memory back.
+static void keep_heap(void) {
+#ifdef __GLIBC__
+	mallopt(M_MMAP_THRESHOLD, 256 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
+}
+
+// trim_heap returns the freed memory glibc kept to the system.
+static void trim_heap(void) {
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
+}
 */
 import "C"
 
@@ -56,6 +78,7 @@ var mem struct {
 }
 
 func init() {
+	C.keep_heap()
 	mem.free = map[int][]unsafe.Pointer{}
 	mem.pending = map[unsafe.Pointer]int{}
 }
@@ -174,7 +197,7 @@ func noteAlloc(n int64) {
 	}()
 }
 
-// clearPool returns the free list's buffers to the C heap.
+// clearPool returns the free list's buffers, and what the C heap kept, to the system.
 func clearPool() {
 	mem.Lock()
 	defer mem.Unlock()
@@ -185,6 +208,7 @@ func clearPool() {
 		mem.pooled.Add(-int64(c) * 4 * int64(len(l)))
 	}
 	clear(mem.free)
+	C.trim_heap()
 }
 
 // resetPeak sets the peak to the bytes held now.
