@@ -16,7 +16,7 @@ import (
 // the temporary adapter, Adam update) on a piece of 64, 128 or 256 tokens,
 // against streaming 20 tokens of the same model after a 16-token prompt, on
 // the bundled demo model and on a random-weight model with Qwen3-0.6B's config,
-// dense f32 and 4-bit. The two are timed alternately in each iteration and the
+// dense f32, bfloat16 (compact, as its checkpoint loads) and 4-bit. The two are timed alternately in each iteration and the
 // best of b.N runs is kept for each (the machine may be shared: other work can
 // only slow a run down), so step/stream20 is the ratio the target (≤ 1) is
 // about. Qwen3-0.6B takes minutes on two cores:
@@ -33,6 +33,13 @@ func BenchmarkStep(b *testing.B) {
 	}{
 		{"demo", func() *inference.Model { m, _ := demoModel(b); return m }},
 		{"qwen3-0.6b/f32", func() *inference.Model { return inference.NewRandom(inference.Qwen3_0_6B(), 1, cpu) }},
+		{"qwen3-0.6b/bf16", func() *inference.Model { // a bf16 checkpoint as it loads: compact
+			m := inference.NewRandom(inference.Qwen3_0_6B(), 1, cpu)
+			if err := m.CompactWeights(mx.BFloat16); err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}},
 		{"qwen3-0.6b/q4", func() *inference.Model {
 			c := inference.Qwen3_0_6B()
 			c.Quantization = &inference.Quantization{QuantParams: inference.QuantParams{GroupSize: 64, Bits: 4}}
