@@ -41,6 +41,13 @@ func BenchmarkChatRoR(b *testing.B) {
 	}{
 		{"demo", func() *inference.Model { m, _ := inferencetest.Load(b, inferencetest.Demo(b)); return m }},
 		{"qwen3-0.6b/f32", func() *inference.Model { return inference.NewRandom(inference.Qwen3_0_6B(), 1, cpu) }},
+		{"qwen3-0.6b/bf16", func() *inference.Model { // a bf16 checkpoint as it loads: compact
+			m := inference.NewRandom(inference.Qwen3_0_6B(), 1, cpu)
+			if err := m.CompactWeights(mx.BFloat16); err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}},
 		{"qwen3-0.6b/q4", func() *inference.Model {
 			c := inference.Qwen3_0_6B()
 			c.Quantization = &inference.Quantization{QuantParams: inference.QuantParams{GroupSize: 64, Bits: 4}}
