@@ -206,9 +206,7 @@ func gemv(w *weights, out, x []float32, M int) {
 			C.qmm_gemv(&w.c, C.int(n0), C.int(n1), xm, C.int(N), C.int(mb), (*C.float)(&parts[i][0]), C.int(K), (*C.float)(&scratch[0]))
 		})
 		for _, p := range parts[1:] {
-			for k, v := range p {
-				parts[0][k] += v
-			}
+			addTo(parts[0], p)
 		}
 	}
 }
