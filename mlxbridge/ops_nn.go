@@ -243,20 +243,25 @@ func CrossEntropy(logits, targets *Array) *Array {
 	if len(logits.shape) == 0 || !sameShape(logits.shape[:len(logits.shape)-1], targets.shape) {
 		return Errorf("cross_entropy: logits %s for targets %s", fmtShape(logits.shape), fmtShape(targets.shape))
 	}
-	if cg, ok := logits.b.(CrossEntropyGrader); ok && traced(logits) {
-		// The forward pass on the values alone, and one recorded op whose backward
-		// is the backend's single pass over the logits.
-		x := StopGradient(logits)
-		lse := LogSumExp(x, []int{-1}, false)
-		out := Sub(lse, Squeeze(TakeAlongAxis(x, ExpandDims(targets, -1), -1), -1))
-		return record(out, func(g *Array) []*Array {
-			h, err := cg.CrossEntropyGrad(x, lse, targets, g)
-			keepAlive(x, lse, targets, g)
-			return []*Array{newArray("cross_entropy grad", x.b, h, err, clone(x.shape), x.dtype)}
-		}, logits)
+	// With a backend that fuses the backward pass, the forward ops run on the values
+	// alone and one recorded op's backward is the backend's single pass over the logits;
+	// otherwise the ops are differentiated one by one.
+	cg, fused := logits.b.(CrossEntropyGrader)
+	fused = fused && traced(logits)
+	x := logits
+	if fused {
+		x = StopGradient(logits)
 	}
-	picked := Squeeze(TakeAlongAxis(logits, ExpandDims(targets, -1), -1), -1)
-	return Sub(LogSumExp(logits, []int{-1}, false), picked)
+	lse := LogSumExp(x, []int{-1}, false)
+	out := Sub(lse, Squeeze(TakeAlongAxis(x, ExpandDims(targets, -1), -1), -1))
+	if !fused {
+		return out
+	}
+	return record(out, func(g *Array) []*Array {
+		h, err := cg.CrossEntropyGrad(x, lse, targets, g)
+		keepAlive(x, lse, targets, g)
+		return []*Array{newArray("cross_entropy grad", x.b, h, err, clone(x.shape), x.dtype)}
+	}, logits)
 }
 
 // CrossEntropyMasked is the mean cross-entropy over positions where mask is nonzero
