@@ -7,15 +7,24 @@ package cpu
 #include <malloc.h>
 #endif
 
-// keep_heap has glibc keep freed buffers (below 256 MiB each, and up to 256 MiB free at the
-// heap's top) in the process for the next malloc instead of returning them to the system
-// at once (by default big blocks are mmap'd and unmapped per call): every page of a fresh
-// block faults on first write, and a training step allocates its working set again
-// between two collections. ClearCache (clearPool) hands the kept memory back.
-static void keep_heap(void) {
+// keep_heap has glibc keep freed buffers in the process for the next malloc instead of
+// returning them to the system: every page of a fresh block faults on first write (10–15 µs
+// a page, zeroing included, on the two-core VM this was measured on), and a training step
+// allocates its working set again between two collections. Three settings, because each alone leaves a way out:
+//   - one arena: cgo calls come from many OS threads, and glibc gives threads arenas of
+//     their own whose 64 MiB heaps are unmapped as soon as they are empty;
+//   - no automatic trimming: a collection frees most of a step's buffers at once, and the
+//     free top of the heap, gigabytes for a larger model, went back to the system each time;
+//   - blocks up to 1 GiB (a large vocabulary's logits) from the heap rather than mmap, which
+//     would unmap them on free.
+// ClearCache (clearPool) hands the kept memory back. It runs as a constructor, before the Go
+// runtime starts its threads: glibc fixes its arena limit when a second thread first
+// mallocs.
+__attribute__((constructor)) static void keep_heap(void) {
 #ifdef __GLIBC__
-	mallopt(M_MMAP_THRESHOLD, 256 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	mallopt(M_ARENA_MAX, 1);
+	mallopt(M_MMAP_THRESHOLD, 1 << 30);
+	mallopt(M_TRIM_THRESHOLD, -1);
 #endif
 }
 
@@ -78,7 +87,6 @@ var mem struct {
 }
 
 func init() {
-	C.keep_heap()
 	mem.free = map[int][]unsafe.Pointer{}
 	mem.pending = map[unsafe.Pointer]int{}
 }
