@@ -67,8 +67,12 @@ import (
 // alive until the backend returns (runtime.KeepAlive), and kernels never wrap a
 // buffer they did not allocate for the output.
 
+// Buffers of 4 KiB and up live in C memory too: on the Go heap the runtime's scavenger
+// hands freed pages back to the system 64 KiB at a time and they fault again on reuse,
+// which left a Qwen3-0.6B LoRA step at seq 512 tens of thousands of faults a step after
+// the C heap stopped faulting.
 const (
-	cMin        = 1 << 14 // floats (64 KiB); smaller buffers stay on the Go heap
+	cMin        = 1 << 10 // floats (4 KiB); smaller buffers stay on the Go heap
 	freeMax     = 256 << 20
 	freePerSize = 8
 	gcMin       = 64 << 20 // collect after at least this many new bytes...
