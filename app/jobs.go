@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/store"
 )
 
@@ -152,13 +154,35 @@ func (w *Workspace) start(ctx context.Context, run store.Run, fn jobFunc) (*Job,
 		}
 		w.mu.Lock()
 		delete(w.jobs, run.ID)
+		idle := len(w.jobs) == 0
 		w.mu.Unlock()
+		if idle {
+			w.releaseMemory()
+		}
 		j.err, j.result = err, out.Result
 		close(events)
 		close(j.done)
 		cancel()
 	}()
 	return j, nil
+}
+
+// releaseMemory hands back to the system the memory a finished job's arrays held. The
+// backends keep freed buffers for the next step (the cpu backend's C heap no longer
+// trims itself, so that a training step does not fault its working set in again), and
+// without this a finished run would keep its peak for as long as the app is open. The
+// job's arrays are garbage now; a collection frees them (the cpu backend's buffers
+// through cleanups, waited for with one of their own), then the cache goes.
+func (w *Workspace) releaseMemory() {
+	runtime.GC()
+	done := make(chan struct{})
+	runtime.AddCleanup(new([64]byte), func(c chan struct{}) { close(c) }, done)
+	runtime.GC()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+	mx.ClearCache(w.Backend)
 }
 
 // Job returns the running job of a run, or nil.

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/cpu"
 	"github.com/inloop/inloop/store"
 )
 
@@ -210,5 +214,37 @@ func TestDemoNameEverywhere(t *testing.T) {
 	}
 	if out := run("runs"); strings.Count(out, "done") != 2 {
 		t.Errorf("runs lists:\n%s", out)
+	}
+}
+
+// A finished job gives back the memory the backend kept for reuse: the cpu backend
+// no longer returns freed buffers to the system on its own.
+func TestFinishedJobReleasesMemory(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	pooled := func() int64 { _, p, _ := cpu.MemoryDetail(); return p }
+	// Freed buffers of a size the job will not ask for, kept on the free list.
+	for i := 0; i < 4 && pooled() == 0; i++ {
+		for j := 0; j < 4; j++ {
+			_ = mx.Exp(mx.Full(w.Backend, []int{1 << 16}, float32(j), mx.Float32))
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	}
+	if pooled() == 0 {
+		t.Fatal("no freed buffer was kept for reuse")
+	}
+	job, err := w.StartTrain(ctx, tinyTrainSpec(t, 2, 1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range job.Events {
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if p := pooled(); p != 0 {
+		t.Errorf("after the job, %d bytes are still kept for reuse", p)
 	}
 }
