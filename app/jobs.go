@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -171,17 +170,9 @@ func (w *Workspace) start(ctx context.Context, run store.Run, fn jobFunc) (*Job,
 // backends keep freed buffers for the next step (the cpu backend's C heap no longer
 // trims itself, so that a training step does not fault its working set in again), and
 // without this a finished run would keep its peak for as long as the app is open. The
-// job's arrays are garbage now; a collection frees them (the cpu backend's buffers
-// through cleanups, waited for with one of their own), then the cache goes.
+// job's arrays are garbage now: Sweep frees them, then the cache goes.
 func (w *Workspace) releaseMemory() {
-	runtime.GC()
-	done := make(chan struct{})
-	runtime.AddCleanup(new([64]byte), func(c chan struct{}) { close(c) }, done)
-	runtime.GC()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-	}
+	mx.Sweep(w.Backend)
 	mx.ClearCache(w.Backend)
 }
 

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Handle is a backend's own representation of an array's data. This package never
@@ -208,6 +210,9 @@ type (
 	Freer interface{ Free(x *Array) }
 	// CacheClearer gives memory kept for reuse back to the system.
 	CacheClearer interface{ ClearCache() error }
+	// Sweeper frees on request what unreachable arrays hold, where a
+	// collection and its cleanups alone do not (MLX drains its free queue).
+	Sweeper interface{ Sweep() }
 	// Runner is implemented by backends that issue every op from one thread
 	// of their own (MLX): Run calls f on that thread, so the ops f issues go
 	// straight to the library instead of being handed over one by one.
@@ -347,6 +352,32 @@ func ClearCache(b Backend) error {
 		return c.ClearCache()
 	}
 	return nil
+}
+
+// Sweep frees the memory of b's arrays that are no longer reachable now, rather
+// than when the collector gets to them: see Collect, and Sweeper.
+func Sweep(b Backend) {
+	if s, ok := b.(Sweeper); ok {
+		s.Sweep()
+		return
+	}
+	Collect()
+}
+
+// Collect runs a garbage collection, waits for the cleanups it queues (arrays
+// free their buffers in cleanups) and collects again what they released.
+func Collect() {
+	done := make(chan struct{})
+	func() {
+		marker := &struct{ _ [64]byte }{} // not a tiny allocation, so it is collected alone
+		runtime.AddCleanup(marker, func(ch chan struct{}) { close(ch) }, done)
+	}()
+	runtime.GC()
+	select { // cleanups queued by one cycle run in order on the cleanup goroutine
+	case <-done:
+	case <-time.After(time.Second):
+	}
+	runtime.GC()
 }
 
 // Memory reports the bytes a backend holds, where it can tell.

@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"runtime"
-	"time"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -91,17 +90,7 @@ func (be *Backend) Free(x *mx.Array) {
 // Sweep runs a garbage collection, waits for the cleanups it triggers and frees
 // every MLX array whose Go array is no longer reachable.
 func (be *Backend) Sweep() {
-	done := make(chan struct{})
-	func() {
-		marker := &struct{ _ [64]byte }{} // not a tiny allocation, so it is collected alone
-		runtime.AddCleanup(marker, func(ch chan struct{}) { close(ch) }, done)
-	}()
-	runtime.GC()
-	select { // cleanups queued by one cycle run in order on the cleanup goroutine
-	case <-done:
-	case <-time.After(time.Second):
-	}
-	runtime.GC()
+	mx.Collect()
 	be.w.do(be.drain)
 }
 
