@@ -13,18 +13,19 @@ package cpu
 #endif
 
 // keep_heap has glibc keep freed buffers in the process for the next malloc instead of
-// returning them to the system: every page of a fresh block faults on first write (10–15 µs
-// a page, zeroing included, on the two-core VM this was measured on), and a training step
-// allocates its working set again between two collections. Three settings, because each alone leaves a way out:
+// returning them to the system: every page of a fresh block faults on first write (10–15
+// µs a page, zeroing included, on the two-core VM this was measured on), and a training
+// step allocates its working set again between two collections. Three settings, because
+// each alone leaves a way out:
 //   - one arena: cgo calls come from many OS threads, and glibc gives threads arenas of
 //     their own whose 64 MiB heaps are unmapped as soon as they are empty;
 //   - no automatic trimming: a collection frees most of a step's buffers at once, and the
 //     free top of the heap, gigabytes for a larger model, went back to the system each time;
 //   - blocks up to 1 GiB (a large vocabulary's logits) from the heap rather than mmap, which
 //     would unmap them on free.
-// ClearCache (clearPool) hands the kept memory back. It runs as a constructor, before the Go
-// runtime starts its threads: glibc fixes its arena limit when a second thread first
-// mallocs.
+// ClearCache (clearPool) hands the kept memory back. keep_heap is a constructor, so it runs
+// before the Go runtime starts its threads: glibc fixes its arena limit when a second
+// thread first mallocs.
 __attribute__((constructor)) static void keep_heap(void) {
 #ifdef __GLIBC__
 	mallopt(M_ARENA_MAX, 1);
@@ -145,16 +146,17 @@ func newF(n int) []float32 {
 		mem.pooled.Add(-int64(c) * 4)
 	}
 	mem.Unlock()
-	if p == nil {
+	fresh := p == nil
+	if fresh {
 		p = C.malloc(C.size_t(c) * 4)
 		if p == nil {
 			panic("cpu: out of memory allocating " + strconv.FormatInt(int64(c)*4, 10) + " bytes")
 		}
-		mem.Lock()
-		mem.hugeTo = C.heap_huge(mem.hugeTo, p)
-		mem.Unlock()
 	}
 	mem.Lock()
+	if fresh {
+		mem.hugeTo = C.heap_huge(mem.hugeTo, p)
+	}
 	mem.pending[p] = c
 	mem.Unlock()
 	grow(int64(c) * 4)
