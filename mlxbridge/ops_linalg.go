@@ -45,7 +45,16 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 			}
 			ga = unbroadcast(ga, a.shape)
 		}
-		if needB {
+		if needB && len(b.shape) == 2 && len(a.shape) > 2 && !transA {
+			// A weight against a batch of inputs: one product over every
+			// row of the batch, instead of one per batch entry summed after.
+			a2, g2 := Reshape(a, -1, k1), Reshape(g, -1, n)
+			if transB { // dB = Gᵀ A
+				gb = MatmulT(g2, a2, true, false)
+			} else { // dB = Aᵀ G
+				gb = MatmulT(a2, g2, true, false)
+			}
+		} else if needB {
 			if transB { // dB = Gᵀ op(A)
 				gb = MatmulT(g, a, true, transA)
 			} else { // dB = op(A)ᵀ G

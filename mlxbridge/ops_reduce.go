@@ -1,5 +1,7 @@
 package mlxbridge
 
+import "slices"
+
 // reduce reduces axes (nil: all) and drops them unless keep.
 func reduce(name string, op ReduceOp, x *Array, axes []int, keep bool) *Array {
 	if e := checkFloat(name, x); e != nil {
@@ -10,6 +12,9 @@ func reduce(name string, op ReduceOp, x *Array, axes []int, keep bool) *Array {
 		return Errorf("%s: %v", name, err)
 	}
 	ks := keepShape(x.shape, ax)
+	all := ax
+	// Reducing an axis of one value is the identity: only the shape changes.
+	ax = slices.DeleteFunc(slices.Clone(ax), func(a int) bool { return x.shape[a] == 1 })
 	var out *Array
 	if len(ax) == 0 {
 		out = x
@@ -32,7 +37,7 @@ func reduce(name string, op ReduceOp, x *Array, axes []int, keep bool) *Array {
 	if keep {
 		return out
 	}
-	return Reshape(out, dropShape(x.shape, ax)...)
+	return Reshape(out, dropShape(x.shape, all)...)
 }
 
 // Sum, Mean, Max and Min reduce over axes (nil for all axes).
