@@ -177,7 +177,8 @@ type (
 		AttendQuantized(q *Array, k0, v0 QuantizedKV, groupSize, bits int, ks, vs []*Array, scale float32) (Handle, error)
 	}
 	// AdamUpdater runs AdamUpdate in one pass: p, g, m and v share a float
-	// dtype and shape; the handles are p', m' and v'.
+	// dtype and shape, or m and v are both nil (zero moments); the handles
+	// are p', m' and v'.
 	AdamUpdater interface {
 		AdamUpdate(p, g, m, v *Array, c AdamCoeffs) (p2, m2, v2 Handle, err error)
 	}

@@ -26,25 +26,38 @@ type AdamCoeffs struct {
 //	p' = Decay·p − (Num·m') / (√v'/Div + Eps)
 //
 // every product, sum and quotient rounded to the dtype in that order: the
-// numbers of the same ops issued one at a time. A backend with a fused kernel
-// (AdamUpdater) reads each input once and writes the three outputs in one
-// pass. Not differentiable: traced inputs take the composed path.
+// numbers of the same ops issued one at a time. m and v both nil are zero
+// moments (a first update), with the same numbers as arrays of zeros, which
+// the caller then need not make. A backend with a fused kernel (AdamUpdater)
+// reads each input once and writes the three outputs in one pass. Not
+// differentiable: traced inputs take the composed path.
 func AdamUpdate(p, g, m, v *Array, c AdamCoeffs) (p2, m2, v2 *Array) {
-	if e := checkFloat("adam update", p, g, m, v); e != nil {
+	if (m == nil) != (v == nil) {
+		e := Errorf("adam update: one moment given without the other")
 		return e, e, e
 	}
-	for _, x := range []*Array{g, m, v} {
+	in := []*Array{p, g}
+	if m != nil {
+		in = append(in, m, v)
+	}
+	if e := checkFloat("adam update", in...); e != nil {
+		return e, e, e
+	}
+	for _, x := range in[1:] {
 		if x.dtype != p.dtype || !sameShape(x.shape, p.shape) {
 			e := Errorf("adam update: %s %s with parameter %s %s", x.dtype, fmtShape(x.shape), p.dtype, fmtShape(p.shape))
 			return e, e, e
 		}
 	}
-	if f, ok := p.b.(AdamUpdater); ok && !traced(p, g, m, v) {
+	if f, ok := p.b.(AdamUpdater); ok && !traced(in...) {
 		hp, hm, hv, err := f.AdamUpdate(p, g, m, v, c)
-		keepAlive(p, g, m, v)
+		keepAlive(in)
 		return newArray("adam update", p.b, hp, err, p.shape, p.dtype),
 			newArray("adam update", p.b, hm, err, p.shape, p.dtype),
 			newArray("adam update", p.b, hv, err, p.shape, p.dtype)
+	}
+	if m == nil {
+		m, v = ZerosLike(p), ZerosLike(p)
 	}
 	s := func(v float64) *Array { return scalarLike(p, float32(v)) }
 	m2 = Add(Mul(m, s(c.B1)), Mul(g, s(c.C1)))

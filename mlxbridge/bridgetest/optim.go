@@ -65,6 +65,22 @@ func (s *suite) optimizer(t *testing.T) {
 	if _, _, e := mx.AdamUpdate(s.arr(p[:4], 4), s.arr(g[:3], 3), s.arr(m[:4], 4), s.arr(v[:4], 4), coeffs[0]); e.Err() == nil {
 		t.Error("adam update with a gradient of another shape gave no error")
 	}
+	if _, _, e := mx.AdamUpdate(s.arr(p[:4], 4), s.arr(g[:4], 4), s.arr(m[:4], 4), nil, coeffs[0]); e.Err() == nil {
+		t.Error("adam update with one moment nil gave no error")
+	}
+	// Nil moments are zeros, bit for bit, in every float dtype (and so, below,
+	// on the composed path too).
+	for _, dt := range []mx.DType{mx.Float32, mx.Float16, mx.BFloat16} {
+		on := func(x []float32) *mx.Array { return mx.FromData(s.b, dt, x, len(x)) }
+		for k, c := range coeffs {
+			p2, m2, v2 := mx.AdamUpdate(on(p), on(g), nil, nil, c)
+			z := make([]float32, n)
+			w2, wm2, wv2 := mx.AdamUpdate(on(p), on(g), on(z), on(z), c)
+			same(t, fmt.Sprintf("adam %d %s nil moments p", k, dt), p2, w2)
+			same(t, fmt.Sprintf("adam %d %s nil moments m", k, dt), m2, wm2)
+			same(t, fmt.Sprintf("adam %d %s nil moments v", k, dt), v2, wv2)
+		}
+	}
 
 	_, adam := s.b.(mx.AdamUpdater)
 	_, norm := s.b.(mx.GlobalNormer)
@@ -76,12 +92,13 @@ func (s *suite) optimizer(t *testing.T) {
 		on := func(b mx.Backend, x []float32) *mx.Array { return mx.FromData(b, dt, x, len(x)) }
 		if adam {
 			for k, c := range coeffs {
-				f := func(b mx.Backend) [3]*mx.Array {
+				f := func(b mx.Backend) [6]*mx.Array {
 					p2, m2, v2 := mx.AdamUpdate(on(b, p), on(b, g), on(b, m), on(b, v), c)
-					return [3]*mx.Array{p2, m2, v2}
+					q2, qm2, qv2 := mx.AdamUpdate(on(b, p), on(b, g), nil, nil, c)
+					return [6]*mx.Array{p2, m2, v2, q2, qm2, qv2}
 				}
 				fused, want := f(s.b), f(plain)
-				for j, name := range []string{"p", "m", "v"} {
+				for j, name := range []string{"p", "m", "v", "p from zeros", "m from zeros", "v from zeros"} {
 					same(t, fmt.Sprintf("adam %d %s %s", k, dt, name), fused[j], want[j])
 				}
 			}

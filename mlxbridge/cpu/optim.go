@@ -10,7 +10,8 @@ import (
 // floats per element, so fewer than elementwise ops take.
 const adamGrain = 1 << 12
 
-// AdamUpdate is mx.AdamUpdate in one pass. Float16 and bfloat16 round after
+// AdamUpdate is mx.AdamUpdate in one pass; m and v nil are zero moments.
+// Float32 runs the C kernel (inloop_adam); float16 and bfloat16 round after
 // every op, as the composed ops do, so either path gives the same numbers.
 func (be *Backend) AdamUpdate(p, g, m, v *mx.Array, c mx.AdamCoeffs) (p2, m2, v2 mx.Handle, err error) {
 	r := func(x float32) float32 { return x }
@@ -24,45 +25,43 @@ func (be *Backend) AdamUpdate(p, g, m, v *mx.Array, c mx.AdamCoeffs) (p2, m2, v2
 		b1: r(float32(c.B1)), c1: r(float32(c.C1)), b2: r(float32(c.B2)), c2: r(float32(c.C2)),
 		decay: r(float32(c.Decay)), num: r(float32(c.Num)), div: r(float32(c.Div)), eps: r(float32(c.Eps)),
 	}
-	pf, gf, mf, vf := h(p).f, h(g).f, h(m).f, h(v).f
+	pf, gf := h(p).f, h(g).f
+	var mf, vf []float32
+	if m != nil {
+		mf, vf = h(m).f, h(v).f
+	}
 	n := len(pf)
 	po, mo, vo := newF(n), newF(n), newF(n)
 	f32 := p.DType() == mx.Float32
 	parallel(n, adamGrain, func(lo, hi int) {
+		var ms, vs []float32
+		if mf != nil {
+			ms, vs = mf[lo:hi], vf[lo:hi]
+		}
 		if f32 {
-			adamKernel(po[lo:hi], mo[lo:hi], vo[lo:hi], pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], k)
+			adamVec(po[lo:hi], mo[lo:hi], vo[lo:hi], pf[lo:hi], gf[lo:hi], ms, vs, &k)
 		} else {
-			adamKernelRounded(po[lo:hi], mo[lo:hi], vo[lo:hi], pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], k, r)
+			adamKernelRounded(po[lo:hi], mo[lo:hi], vo[lo:hi], pf[lo:hi], gf[lo:hi], ms, vs, k, r)
 		}
 	})
 	return fbuf(po), fbuf(mo), fbuf(vo), nil
 }
 
+// adamK is inloop_adam's k, in its order.
 type adamK struct{ b1, c1, b2, c2, decay, num, div, eps float32 }
 
-// adamKernel is the float32 update. Every product is converted to float32
-// explicitly: Go may otherwise fuse a multiply and an add into one rounding
-// (it does on arm64), and the numbers would differ from the composed ops'.
-func adamKernel(po, mo, vo, p, g, m, v []float32, k adamK) {
-	n := len(po)
-	p, g, m, v, mo, vo = p[:n], g[:n], m[:n], v[:n], mo[:n], vo[:n]
-	for i := range po {
-		gi := g[i]
-		mi := float32(m[i]*k.b1) + float32(gi*k.c1)
-		vi := float32(v[i]*k.b2) + float32(float32(gi*gi)*k.c2)
-		den := float32(float32(math.Sqrt(float64(vi)))/k.div) + k.eps
-		po[i] = float32(p[i]*k.decay) - float32(float32(mi*k.num)/den)
-		mo[i], vo[i] = mi, vi
-	}
-}
-
-// adamKernelRounded is adamKernel for the 16-bit dtypes, rounding with r
-// wherever the composed ops round.
+// adamKernelRounded is the update for the 16-bit dtypes, rounding with r
+// wherever the composed ops round (inloop_adam's arithmetic otherwise); m and
+// v nil are zeros.
 func adamKernelRounded(po, mo, vo, p, g, m, v []float32, k adamK, r func(float32) float32) {
 	for i := range po {
+		var m0, v0 float32
+		if m != nil {
+			m0, v0 = m[i], v[i]
+		}
 		gi := g[i]
-		mi := r(r(m[i]*k.b1) + r(gi*k.c1))
-		vi := r(r(v[i]*k.b2) + r(r(gi*gi)*k.c2))
+		mi := r(r(m0*k.b1) + r(gi*k.c1))
+		vi := r(r(v0*k.b2) + r(r(gi*gi)*k.c2))
 		den := r(r(r(float32(math.Sqrt(float64(vi))))/k.div) + k.eps)
 		po[i] = r(r(p[i]*k.decay) - r(r(mi*k.num)/den))
 		mo[i], vo[i] = mi, vi

@@ -38,6 +38,19 @@ func xentGradRows(out, x, lse, g []float32, t []int32, d int) {
 	})
 }
 
+// adamVec is inloop_adam over len(po) elements, on the calling goroutine; m
+// and v nil are zero moments.
+func adamVec(po, mo, vo, p, g, m, v []float32, k *adamK) {
+	if len(po) == 0 {
+		return
+	}
+	var mp, vp *C.float
+	if m != nil {
+		mp, vp = cf(m), cf(v)
+	}
+	C.inloop_adam(cf(po), cf(mo), cf(vo), cf(p), cf(g), mp, vp, C.size_t(len(po)), (*C.float)(unsafe.Pointer(k)))
+}
+
 func logSumExpRows(out, x []float32, d int) {
 	vecRows(out, x, 1, d, func(o, i *C.float, r, n C.size_t) { C.inloop_logsumexp_rows(o, i, r, n) })
 }

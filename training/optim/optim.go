@@ -213,9 +213,18 @@ func joinSlots(bySlot map[string]map[string]*mx.Array) map[string]*mx.Array {
 // slotFor returns the state array for param, or zeros like p when the parameter
 // has none yet (MLX initializes state lazily on the first update the same way).
 func slotFor(m map[string]*mx.Array, name, slot string, p *mx.Array) (*mx.Array, error) {
+	s, err := stateOf(m, name, slot, p)
+	if s == nil && err == nil {
+		s = mx.ZerosLike(p)
+	}
+	return s, err
+}
+
+// stateOf returns the state array for param, or nil when it has none yet.
+func stateOf(m map[string]*mx.Array, name, slot string, p *mx.Array) (*mx.Array, error) {
 	s, ok := m[name]
 	if !ok {
-		return mx.ZerosLike(p), nil
+		return nil, nil
 	}
 	if !slices.Equal(s.Shape(), p.Shape()) {
 		return nil, fmt.Errorf("optim: state %s.%s has shape %v, parameter %v", name, slot, s.Shape(), p.Shape())
