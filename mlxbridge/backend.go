@@ -129,6 +129,12 @@ type (
 	RMSNormer interface {
 		RMSNorm(x, w *Array, eps float32) (Handle, error)
 	}
+	// RMSNormGrader is RMSNorm's input gradient in one pass over float32 x
+	// (..., D), w (D) and the cotangent g of x's shape:
+	// r·(g·w) − x·r³·Σ(g·w·x)/D per row, r = rsqrt(mean(x²)+eps).
+	RMSNormGrader interface {
+		RMSNormGrad(x, w, g *Array, eps float32) (Handle, error)
+	}
 	// RoPEr rotates the first dims of the last axis; positions run along axis -2 from offset.
 	RoPEr interface {
 		RoPE(x *Array, o RoPEOptions) (Handle, error)

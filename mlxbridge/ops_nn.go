@@ -16,7 +16,7 @@ func RMSNorm(x, w *Array, eps float32) *Array {
 		h, err := r.RMSNorm(x, w, eps)
 		keepAlive(x, w)
 		out := newArray("rms_norm", x.b, h, err, x.shape, promote(x.dtype, w.dtype))
-		return record(out, func(g *Array) []*Array { return rmsNormVJP(StopGradient(x), StopGradient(w), eps, g) }, x, w)
+		return record(out, func(g *Array) []*Array { return rmsNormVJP(x, w, eps, g) }, x, w)
 	}
 	return Mul(Mul(x, rmsScale(x, eps)), w)
 }
@@ -26,14 +26,34 @@ func rmsScale(x *Array, eps float32) *Array {
 }
 
 // rmsNormVJP: with r = rsqrt(mean(x²)+eps) and y = x·r·w,
-// dx = r·(g·w) − x·r³·Σ(g·w·x)/D and dw = Σ over rows of g·x·r.
+// dx = r·(g·w) − x·r³·Σ(g·w·x)/D and dw = Σ over rows of g·x·r; each only
+// for a traced input (a model's norm weights are frozen under LoRA). A
+// backend with a fused dx (RMSNormGrader) takes it for float32 arrays.
 func rmsNormVJP(x, w *Array, eps float32, g *Array) []*Array {
-	d := float32(x.shape[len(x.shape)-1])
-	r := rmsScale(x, eps)
-	gw := Mul(g, w)
-	dot := Sum(Mul(gw, x), []int{-1}, true)
-	dx := Sub(Mul(gw, r), Mul(x, MulScalar(Mul(Mul(r, Square(r)), dot), 1/d)))
-	dw := unbroadcast(Mul(g, Mul(x, r)), w.shape)
+	needX, needW := x.node != nil, w.node != nil
+	x, w = StopGradient(x), StopGradient(w)
+	var dx, dw *Array
+	var r *Array
+	if needX {
+		f, ok := x.b.(RMSNormGrader)
+		if ok && !traced(g) && x.dtype == Float32 && w.dtype == Float32 && g.dtype == Float32 && sameShape(g.shape, x.shape) {
+			h, err := f.RMSNormGrad(x, w, g, eps)
+			keepAlive(x, w, g)
+			dx = newArray("rms_norm grad", x.b, h, err, x.shape, Float32)
+		} else {
+			d := float32(x.shape[len(x.shape)-1])
+			r = rmsScale(x, eps)
+			gw := Mul(g, w)
+			dot := Sum(Mul(gw, x), []int{-1}, true)
+			dx = Sub(Mul(gw, r), Mul(x, MulScalar(Mul(Mul(r, Square(r)), dot), 1/d)))
+		}
+	}
+	if needW {
+		if r == nil {
+			r = rmsScale(x, eps)
+		}
+		dw = unbroadcast(Mul(g, Mul(x, r)), w.shape)
+	}
 	return []*Array{dx, dw}
 }
 

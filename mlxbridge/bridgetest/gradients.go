@@ -72,6 +72,8 @@ func (s *suite) gradCases() []gradCase {
 		{"take along", [][]int{{2, 3, 4}}, one(func(x *mx.Array) *mx.Array { return mx.TakeAlongAxis(x, along, 2) }), false},
 		{"where", [][]int{{2, 3}, {3}}, two(func(a, b *mx.Array) *mx.Array { return mx.Where(cond, a, b) }), false},
 		{"rms_norm", [][]int{{3, 8}, {8}}, two(func(x, w *mx.Array) *mx.Array { return mx.RMSNorm(x, w, 1e-5) }), false},
+		{"rms_norm frozen weight", [][]int{{2, 3, 8}}, one(func(x *mx.Array) *mx.Array { return mx.RMSNorm(x, s.randn(41, 8), 1e-5) }), false},
+		{"rms_norm frozen input", [][]int{{8}}, one(func(w *mx.Array) *mx.Array { return mx.RMSNorm(s.randn(42, 3, 8), w, 1e-5) }), false},
 		{"rope", [][]int{{2, 3, 8}}, one(func(x *mx.Array) *mx.Array {
 			return mx.RoPE(x, mx.RoPEOptions{Dims: 6, Base: 10000, Offset: 3})
 		}), false},

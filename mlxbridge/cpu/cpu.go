@@ -343,4 +343,5 @@ var (
 	_ mx.Compacter          = (*Backend)(nil)
 	_ mx.QuantizedAttender  = (*Backend)(nil)
 	_ mx.CrossEntropyGrader = (*Backend)(nil)
+	_ mx.RMSNormGrader      = (*Backend)(nil)
 )

@@ -76,6 +76,8 @@ func (be *Backend) Unary(op mx.UnaryOp, x *mx.Array) (mx.Handle, error) {
 		vec = expVec
 	case mx.OpSilu:
 		vec = siluVec
+	case mx.OpSiluGrad:
+		vec = siluGradVec
 	case mx.OpSigmoid:
 		vec = sigmoidVec
 	}

@@ -26,6 +26,32 @@ func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
 	return fbuf(out), nil
 }
 
+// RMSNormGrad is mx.RMSNormGrader's dx, each row's sums in float64.
+func (be *Backend) RMSNormGrad(x, w, g *mx.Array, eps float32) (mx.Handle, error) {
+	wf, xf, gf := h(w).f, h(x).f, h(g).f
+	d := len(wf)
+	out := newF(len(xf))
+	if d == 0 {
+		return fbuf(out), nil
+	}
+	parallel(len(xf)/d, max(1, elemGrain/d), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, gr, o := xf[r*d:(r+1)*d], gf[r*d:(r+1)*d], out[r*d:(r+1)*d]
+			var ss, dot float64
+			for i, v := range xr {
+				ss += float64(v) * float64(v)
+				dot += float64(gr[i]) * float64(wf[i]) * float64(v)
+			}
+			rs := 1 / math.Sqrt(ss/float64(d)+float64(eps))
+			c := rs * rs * rs * dot / float64(d)
+			for i, v := range xr {
+				o[i] = float32(rs*float64(gr[i])*float64(wf[i]) - float64(v)*c)
+			}
+		}
+	})
+	return fbuf(out), nil
+}
+
 // ropeMemo keeps the last angle tables RoPE computed. A decode step turns the
 // queries and the keys of every layer by the same angles (60 calls a token for
 // SmolLM2-135M), which cost more to compute than to apply.

@@ -46,6 +46,19 @@ void inloop_silu(float *y, const float *x, size_t n) {
 	for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + exp_poly(-x[i]));
 }
 
+// silu'(x) = σ(x)·(1 + x·(1 − σ(x))), with 1 − σ(x) taken as e·σ(x) (e =
+// e^−x) for x > 0, where the subtraction would cancel.
+MULTIVERSION
+void inloop_silu_grad(float *y, const float *x, size_t n) {
+	for (size_t i = 0; i < n; i++) {
+		float e = exp_poly(-x[i]);
+		float s = 1.0f / (1.0f + e);
+		int32_t pos = -(int32_t)(x[i] > 0); // a mask, not a branch: the loop vectorizes
+		float c = float_of((bits_of(e * s) & pos) | (bits_of(1.0f - s) & ~pos));
+		y[i] = s * (1.0f + x[i] * c);
+	}
+}
+
 MULTIVERSION
 void inloop_sigmoid(float *y, const float *x, size_t n) {
 	for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + exp_poly(-x[i]));

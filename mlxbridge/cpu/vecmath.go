@@ -64,6 +64,9 @@ func expVec(y, x []float32) { vecMap(y, x, func(a, b *C.float, n C.size_t) { C.i
 func siluVec(y, x []float32) {
 	vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_silu(a, b, n) })
 }
+func siluGradVec(y, x []float32) {
+	vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_silu_grad(a, b, n) })
+}
 func sigmoidVec(y, x []float32) {
 	vecMap(y, x, func(a, b *C.float, n C.size_t) { C.inloop_sigmoid(a, b, n) })
 }

@@ -63,3 +63,22 @@ func TestVecSoftmaxRows(t *testing.T) {
 		t.Errorf("logsumexp of 3000 zeros = %v, want ln 3000 = %v", lse[0], math.Log(3000))
 	}
 }
+
+func TestVecSiluGrad(t *testing.T) {
+	var x []float32
+	for v := float32(-90); v < 90; v += 0.00731 {
+		x = append(x, v)
+	}
+	x = append(x, -1000, 1000)
+	y := make([]float32, len(x))
+	siluGradVec(y, x)
+	worst := 0.0
+	for i, v := range x {
+		s := 1 / (1 + math.Exp(-float64(v)))
+		want := s * (1 + float64(v)*(1-s)) // in [-0.1, 1.1]
+		worst = math.Max(worst, math.Abs(float64(y[i])-want))
+	}
+	if worst > 2e-7 {
+		t.Errorf("silu': worst error %.3g, want ≤ 2e-7", worst)
+	}
+}
