@@ -194,29 +194,40 @@ static void half_gemv_t_avx2(const uint16_t *w, int K, int f16, const float *x, 
 // x @ W for MB rows of x and 16 columns: MB x 2 accumulators, one pass over W's rows, each
 // row's 16 values widened once for all MB rows. N rows ahead are prefetched (a column
 // block walks W with a stride of a whole row).
+// Rows of x of HGEMMN and HGEMMN512, as named accumulators (two per row, unused rows folded
+// away): held in an array, GCC stored all of a block's accumulators to the stack on every row
+// of W.
+#define HN_ROWS(X, MB) X(0, MB) X(1, MB) X(2, MB) X(3, MB) X(4, MB) X(5, MB) X(6, MB) X(7, MB)
+#define H2_DECL(i, MB) __m256 p##i = _mm256_setzero_ps(), q##i = p##i;
+#define H2_LOAD(i, MB)                                                                          \
+	if (MB > i && n0) {                                                                         \
+		p##i = _mm256_loadu_ps(out + (long)i * K + k);                                          \
+		q##i = _mm256_loadu_ps(out + (long)i * K + k + 8);                                      \
+	}
+#define H2_FMA(i, MB)                                                                           \
+	if (MB > i) {                                                                               \
+		__m256 xv = _mm256_broadcast_ss(x + (long)i * N + n);                                   \
+		p##i = _mm256_fmadd_ps(w0, xv, p##i);                                                   \
+		q##i = _mm256_fmadd_ps(w1, xv, q##i);                                                   \
+	}
+#define H2_STORE(i, MB)                                                                         \
+	if (MB > i) {                                                                               \
+		_mm256_storeu_ps(out + (long)i * K + k, p##i);                                          \
+		_mm256_storeu_ps(out + (long)i * K + k + 8, q##i);                                      \
+	}
 #define HGEMMN(F16, MB)                                                                         \
 	TARGET static void hgemmn_##F16##_##MB(const uint16_t *w, int N, int K, const float *x, int k, \
 	                                       int n0, int n1, float *out) {                       \
-		__m256 acc[MB][2];                                                                     \
-		for (int m = 0; m < MB; m++) {                                                         \
-			acc[m][0] = n0 ? _mm256_loadu_ps(out + (long)m * K + k) : _mm256_setzero_ps();     \
-			acc[m][1] = n0 ? _mm256_loadu_ps(out + (long)m * K + k + 8) : _mm256_setzero_ps(); \
-		}                                                                                      \
+		HN_ROWS(H2_DECL, MB)                                                                   \
+		HN_ROWS(H2_LOAD, MB)                                                                   \
 		const uint16_t *wk = w + k;                                                            \
 		for (int n = n0; n < n1; n++) {                                                        \
 			const uint16_t *wr = wk + (long)n * K;                                             \
 			_mm_prefetch((const char *)(wr + 8L * K), _MM_HINT_T0);                            \
 			__m256 w0 = widen8(wr, F16), w1 = widen8(wr + 8, F16);                             \
-			for (int m = 0; m < MB; m++) {                                                     \
-				__m256 xv = _mm256_broadcast_ss(x + (long)m * N + n);                          \
-				acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);                                \
-				acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);                                \
-			}                                                                                  \
+			HN_ROWS(H2_FMA, MB)                                                                \
 		}                                                                                      \
-		for (int m = 0; m < MB; m++) {                                                         \
-			_mm256_storeu_ps(out + (long)m * K + k, acc[m][0]);                                \
-			_mm256_storeu_ps(out + (long)m * K + k + 8, acc[m][1]);                            \
-		}                                                                                      \
+		HN_ROWS(H2_STORE, MB)                                                                  \
 	}
 HGEMMN(0, 1) HGEMMN(0, 2) HGEMMN(0, 3) HGEMMN(0, 4) HGEMMN(0, 5) HGEMMN(0, 6)
 HGEMMN(1, 1) HGEMMN(1, 2) HGEMMN(1, 3) HGEMMN(1, 4) HGEMMN(1, 5) HGEMMN(1, 6)
@@ -339,16 +350,30 @@ static void half_gemv_t_avx512(const uint16_t *w, int K, int f16, const float *x
 
 // The AVX-512 form of HGEMMN: 32 columns (one 64-byte line of each row of W) a step, up to 8
 // rows of x; a final partial block is loaded and stored under masks.
+#define HN_DECL(i, MB) __m512 p##i = _mm512_setzero_ps(), q##i = p##i;
+#define HN_LOAD(i, MB)                                                                          \
+	if (MB > i && n0) {                                                                         \
+		p##i = _mm512_maskz_loadu_ps(m0, out + (long)i * K + k);                                \
+		q##i = _mm512_maskz_loadu_ps(m1, out + (long)i * K + k + 16);                           \
+	}
+#define HN_FMA(i, MB)                                                                           \
+	if (MB > i) {                                                                               \
+		__m512 xv = _mm512_set1_ps(x[(long)i * N + n]);                                         \
+		p##i = _mm512_fmadd_ps(w0, xv, p##i);                                                   \
+		q##i = _mm512_fmadd_ps(w1, xv, q##i);                                                   \
+	}
+#define HN_STORE(i, MB)                                                                         \
+	if (MB > i) {                                                                               \
+		_mm512_mask_storeu_ps(out + (long)i * K + k, m0, p##i);                                 \
+		_mm512_mask_storeu_ps(out + (long)i * K + k + 16, m1, q##i);                            \
+	}
 #define HGEMMN512(F16, MB)                                                                      \
 	TARGET512 static void hgemmn512_##F16##_##MB(const uint16_t *w, int N, int K, const float *x, int k, \
 	                                             int cols, int n0, int n1, float *out) {       \
-		__m512 acc[MB][2];                                                                     \
 		__mmask32 km = cols >= 32 ? 0xffffffffu : (__mmask32)((1u << cols) - 1);               \
 		__mmask16 m0 = (__mmask16)km, m1 = (__mmask16)(km >> 16);                              \
-		for (int m = 0; m < MB; m++) {                                                         \
-			acc[m][0] = n0 ? _mm512_maskz_loadu_ps(m0, out + (long)m * K + k) : _mm512_setzero_ps(); \
-			acc[m][1] = n0 ? _mm512_maskz_loadu_ps(m1, out + (long)m * K + k + 16) : _mm512_setzero_ps(); \
-		}                                                                                      \
+		HN_ROWS(HN_DECL, MB)                                                                   \
+		HN_ROWS(HN_LOAD, MB)                                                                   \
 		const uint16_t *wk = w + k;                                                            \
 		for (int n = n0; n < n1; n++) {                                                        \
 			const uint16_t *wr = wk + (long)n * K;                                             \
@@ -357,16 +382,9 @@ static void half_gemv_t_avx512(const uint16_t *w, int K, int f16, const float *x
 			__m256i h0 = _mm512_castsi512_si256(h), h1 = _mm512_extracti64x4_epi64(h, 1);      \
 			__m512 w0 = F16 ? _mm512_cvtph_ps(h0) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16)); \
 			__m512 w1 = F16 ? _mm512_cvtph_ps(h1) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16)); \
-			for (int m = 0; m < MB; m++) {                                                     \
-				__m512 xv = _mm512_set1_ps(x[(long)m * N + n]);                                \
-				acc[m][0] = _mm512_fmadd_ps(w0, xv, acc[m][0]);                                \
-				acc[m][1] = _mm512_fmadd_ps(w1, xv, acc[m][1]);                                \
-			}                                                                                  \
+			HN_ROWS(HN_FMA, MB)                                                                \
 		}                                                                                      \
-		for (int m = 0; m < MB; m++) {                                                         \
-			_mm512_mask_storeu_ps(out + (long)m * K + k, m0, acc[m][0]);                       \
-			_mm512_mask_storeu_ps(out + (long)m * K + k + 16, m1, acc[m][1]);                  \
-		}                                                                                      \
+		HN_ROWS(HN_STORE, MB)                                                                  \
 	}
 HGEMMN512(0, 1) HGEMMN512(0, 2) HGEMMN512(0, 3) HGEMMN512(0, 4)
 HGEMMN512(0, 5) HGEMMN512(0, 6) HGEMMN512(0, 7) HGEMMN512(0, 8)
