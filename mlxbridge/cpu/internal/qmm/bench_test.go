@@ -353,7 +353,7 @@ func BenchmarkHalfCrossover(b *testing.B) {
 	for _, shape := range [][2]int{{4096, 192}, {3072, 1024}, {4096, 4096}} {
 		N, K := shape[0], shape[1]
 		ws := halfCopies(N, K)
-		for _, M := range []int{4, 8, 16, 32, 64} {
+		for _, M := range []int{4, 8, 16, 32, 64, 128, 256} {
 			x, out := make([]float32, M*max(N, K)), make([]float32, M*max(N, K))
 			for _, strategy := range []string{"T-fused", "T-tiled", "N-fused", "N-tiled"} {
 				b.Run(fmt.Sprintf("%dx%d/M=%d/%s", N, K, M, strategy), func(b *testing.B) {
