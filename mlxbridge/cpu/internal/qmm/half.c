@@ -266,6 +266,13 @@ TARGET512 INLINE __m512 widen16(const uint16_t *p, int f16) {
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// widen16m is widen16 of the values under mask m, zeros elsewhere.
+TARGET512 INLINE __m512 widen16m(const uint16_t *p, __mmask16 m, int f16) {
+	__m256i h = _mm256_maskz_loadu_epi16(m, p);
+	if (f16) return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // The AVX-512 form of HGEMV: 16 columns a step, fewer instructions per byte streamed.
 #define HGEMV512(F16, R, MB)                                                                    \
 	TARGET512 static void hgemv512_##F16##_##R##_##MB(const uint16_t *w, int K, const float *x, int ldx, \
@@ -336,8 +343,72 @@ static hgemv_fn *const one512[2][4] = {
 HROW512(0)
 HROW512(1)
 
+// Sixteen accumulators summed across their lanes at once: lane 4·i + j of the result is the
+// sum of a[4·i + j]. Four rounds of pairwise shuffles and adds (15 adds in all), where one
+// reduction each would take 16 × 4.
+TARGET512 INLINE __m512 sum16x16(const __m512 *a) {
+	__m512 b[8], c[4], d[2];
+	for (int i = 0; i < 8; i++)
+		b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+	for (int i = 0; i < 4; i++)
+		c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44), _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xee));
+	for (int i = 0; i < 2; i++)
+		d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88), _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xdd));
+	return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
+}
+
+// Four rows of W (n to n+3) times four rows of x: sixteen accumulators over K, 16 columns a
+// step (the last step under masks, so no scalar tail), summed across lanes together at the
+// end (sum16x16) and stored as four rows of four outputs. Accumulator 4·m + r is row m of x
+// against row n + r of W. Named, not an array, so GCC keeps them in registers.
+#define HT44(F16)                                                                               \
+	TARGET512 static void ht44_##F16(const uint16_t *w, int K, const float *x, int ldx, int n, float *out, \
+	                                 int ldo) {                                                \
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0; \
+		__m512 a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;  \
+		const uint16_t *w0 = w + (long)n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;        \
+		const float *x0 = x, *x1 = x + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;                    \
+		for (int k = 0; k < K; k += 16) {                                                      \
+			__mmask16 km = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);            \
+			if ((k & 31) == 0) {                                                               \
+				_mm_prefetch((const char *)(w0 + k) + PF, _MM_HINT_T0);                        \
+				_mm_prefetch((const char *)(w1 + k) + PF, _MM_HINT_T0);                        \
+				_mm_prefetch((const char *)(w2 + k) + PF, _MM_HINT_T0);                        \
+				_mm_prefetch((const char *)(w3 + k) + PF, _MM_HINT_T0);                        \
+			}                                                                                  \
+			__m512 v0 = widen16m(w0 + k, km, F16), v1 = widen16m(w1 + k, km, F16);              \
+			__m512 v2 = widen16m(w2 + k, km, F16), v3 = widen16m(w3 + k, km, F16);              \
+			__m512 x_ = _mm512_maskz_loadu_ps(km, x0 + k);                                     \
+			a0 = _mm512_fmadd_ps(v0, x_, a0), a1 = _mm512_fmadd_ps(v1, x_, a1);                \
+			a2 = _mm512_fmadd_ps(v2, x_, a2), a3 = _mm512_fmadd_ps(v3, x_, a3);                \
+			x_ = _mm512_maskz_loadu_ps(km, x1 + k);                                            \
+			a4 = _mm512_fmadd_ps(v0, x_, a4), a5 = _mm512_fmadd_ps(v1, x_, a5);                \
+			a6 = _mm512_fmadd_ps(v2, x_, a6), a7 = _mm512_fmadd_ps(v3, x_, a7);                \
+			x_ = _mm512_maskz_loadu_ps(km, x2 + k);                                            \
+			a8 = _mm512_fmadd_ps(v0, x_, a8), a9 = _mm512_fmadd_ps(v1, x_, a9);                \
+			a10 = _mm512_fmadd_ps(v2, x_, a10), a11 = _mm512_fmadd_ps(v3, x_, a11);            \
+			x_ = _mm512_maskz_loadu_ps(km, x3 + k);                                            \
+			a12 = _mm512_fmadd_ps(v0, x_, a12), a13 = _mm512_fmadd_ps(v1, x_, a13);            \
+			a14 = _mm512_fmadd_ps(v2, x_, a14), a15 = _mm512_fmadd_ps(v3, x_, a15);            \
+		}                                                                                      \
+		__m512 a[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15}; \
+		__m512 s = sum16x16(a);                                                                \
+		_mm_storeu_ps(out + n, _mm512_extractf32x4_ps(s, 0));                                  \
+		_mm_storeu_ps(out + ldo + n, _mm512_extractf32x4_ps(s, 1));                            \
+		_mm_storeu_ps(out + 2L * ldo + n, _mm512_extractf32x4_ps(s, 2));                       \
+		_mm_storeu_ps(out + 3L * ldo + n, _mm512_extractf32x4_ps(s, 3));                       \
+	}
+HT44(0)
+HT44(1)
+
 static void half_gemv_t_avx512(const uint16_t *w, int K, int f16, const float *x, int ldx, int mb,
                                int n0, int n1, float *out, int ldo) {
+	if (mb == 4) {
+		int n = n0;
+		for (; n + 4 <= n1; n += 4) (f16 ? ht44_1 : ht44_0)(w, K, x, ldx, n, out, ldo);
+		for (; n < n1; n++) one512[f16][3](w, K, x, ldx, n, out, ldo);
+		return;
+	}
 	if (mb == 1) {
 		if (f16) hrow512_1(w, K, x, n0, n1, out);
 		else hrow512_0(w, K, x, n0, n1, out);

@@ -15,16 +15,18 @@ import (
 // kept at their own width, so a decode step streams half the bytes a float32 copy would.
 
 // halfFusedMax is the crossover from the fused kernel to widened tiles and sgemm, in rows
-// of x: the fused kernel does one FMA per weight and row, sgemm several times more per
-// cycle once enough rows share each tile. BenchmarkHalfCrossover on a 2-core AVX-512 slice,
-// µs per row fused / tiled: at 3072 × 1024, 68 / 132 at 16 rows, 58 / 82 at 32, 63 / 46 at
-// 64; at 4096 × 4096, 352 / 375 at 32 and 400 / 304 at 64. Accelerate's sgemm takes over
-// early on macOS, as in fusedMax.
+// of x, for x @ W^T: the fused kernel does one FMA per weight and row, sgemm several times
+// more per cycle once enough rows share each tile. The fused kernel takes four rows of W
+// against four of x at a time and sums its sixteen accumulators across lanes together, and
+// so keeps up to 128 rows. BenchmarkHalfCrossover on a 2-core AVX-512 slice, µs per row
+// fused / tiled: 3072 × 1024 47 / 140 at 16 rows, 40 / 57 at 64, 35 / 40 at 128, 40 / 39
+// at 256; 4096 × 4096 209 / 265 at 64, 177 / 215 at 128, 175 / 168 at 256; 4096 × 192
+// about even from 64 rows. Accelerate's sgemm takes over early on macOS, as in fusedMax.
 func halfFusedMax() int {
 	if runtime.GOOS == "darwin" {
 		return 4
 	}
-	return 32
+	return 128
 }
 
 // halfFusedNMax is halfFusedMax for x @ W (HalfMatMul), whose fused kernel
