@@ -96,6 +96,7 @@ func (c *ChatSession) replyTokens(text string) ([]int, error) {
 // weights it started with, and a kept correction is put in place between two
 // replies.
 func (c *ChatSession) Feedback(ctx context.Context, messageID int64, thumb int, correction string) (RoREvent, error) {
+	defer c.w.chatBusy()()
 	if _, err := c.w.AddFeedback(ctx, messageID, thumb, correction); err != nil {
 		return RoREvent{}, err
 	}

@@ -202,6 +202,7 @@ func (c *ChatSession) Messages() []chat.Message {
 // stores both. A cancelled reply keeps the text produced so far and returns the
 // context's error.
 func (c *ChatSession) Send(ctx context.Context, text string, onText func(string)) (Turn, error) {
+	defer c.w.chatBusy()()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var turn Turn

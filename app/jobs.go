@@ -176,6 +176,46 @@ func (w *Workspace) releaseMemory() {
 	mx.ClearCache(w.Backend)
 }
 
+// idleRelease is how long after a chat's last turn or feedback the memory its
+// arrays used goes back to the system (releaseMemory), if no job runs then and
+// no other turn has begun. A conversation in progress keeps its buffers, as a
+// training run does between steps; a chat left alone gives back its peak
+// (a test-time training step on a large model holds gigabytes).
+var idleRelease = 30 * time.Second
+
+// chatBusy marks a chat turn or feedback step as running until the returned
+// function is called; when the last one ends, releaseMemory is scheduled for
+// idleRelease later.
+func (w *Workspace) chatBusy() (done func()) {
+	w.idleMu.Lock()
+	w.chatActive++
+	if w.idleTimer != nil {
+		w.idleTimer.Stop()
+	}
+	w.idleMu.Unlock()
+	return func() {
+		w.idleMu.Lock()
+		defer w.idleMu.Unlock()
+		if w.chatActive--; w.chatActive > 0 {
+			return
+		}
+		if w.idleTimer != nil {
+			w.idleTimer.Stop()
+		}
+		w.idleTimer = time.AfterFunc(idleRelease, func() {
+			w.idleMu.Lock()
+			busy := w.chatActive > 0
+			w.idleMu.Unlock()
+			w.mu.Lock()
+			busy = busy || len(w.jobs) > 0 || w.closed
+			w.mu.Unlock()
+			if !busy {
+				w.releaseMemory()
+			}
+		})
+	}
+}
+
 // Job returns the running job of a run, or nil.
 func (w *Workspace) Job(runID int64) *Job {
 	w.mu.Lock()

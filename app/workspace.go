@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -50,6 +51,10 @@ type Workspace struct {
 	loadOpts atomic.Pointer[inference.LoadOptions]
 	wg       sync.WaitGroup
 	closed   bool
+
+	idleMu     sync.Mutex
+	chatActive int         // chat turns and feedback steps running (chatBusy)
+	idleTimer  *time.Timer // the release after the last of them
 }
 
 // Open opens (creating if needed) the workspace in opt.DataDir.
@@ -99,6 +104,11 @@ func (w *Workspace) Close() error {
 		j.Cancel()
 	}
 	w.mu.Unlock()
+	w.idleMu.Lock()
+	if w.idleTimer != nil {
+		w.idleTimer.Stop()
+	}
+	w.idleMu.Unlock()
 	w.wg.Wait()
 	return w.Store.Close()
 }

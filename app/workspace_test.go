@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inloop/inloop/adapt/ttt"
+	"github.com/inloop/inloop/inference"
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/cpu"
 	"github.com/inloop/inloop/store"
@@ -219,12 +221,12 @@ func TestDemoNameEverywhere(t *testing.T) {
 
 // A finished job gives back the memory the backend kept for reuse: the cpu backend
 // no longer returns freed buffers to the system on its own.
-func TestFinishedJobReleasesMemory(t *testing.T) {
-	ctx := context.Background()
-	w := openTestWorkspace(t, t.TempDir())
-	defer w.Close()
-	pooled := func() int64 { _, p, _ := cpu.MemoryDetail(); return p }
-	// Freed buffers of a size the job will not ask for, kept on the free list.
+func pooled() int64 { _, p, _ := cpu.MemoryDetail(); return p }
+
+// fillPool leaves freed buffers of a size nothing else asks for on the cpu
+// backend's free list.
+func fillPool(t *testing.T, w *Workspace) {
+	t.Helper()
 	for i := 0; i < 4 && pooled() == 0; i++ {
 		for j := 0; j < 4; j++ {
 			_ = mx.Exp(mx.Full(w.Backend, []int{1 << 16}, float32(j), mx.Float32))
@@ -235,6 +237,62 @@ func TestFinishedJobReleasesMemory(t *testing.T) {
 	if pooled() == 0 {
 		t.Fatal("no freed buffer was kept for reuse")
 	}
+}
+
+// A chat left alone hands its kept memory back after idleRelease; one in use
+// keeps it.
+func TestIdleChatReleasesMemory(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	defer func(d time.Duration) { idleRelease = d }(idleRelease)
+	idleRelease = 200 * time.Millisecond
+	c, err := w.StartChat(ctx, ChatSpec{Model: "demo", MaxTokens: 4, Sampling: inference.SampleOptions{Temperature: 0}, TTT: &ttt.Options{Steps: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillPool(t, w)
+	done := w.chatBusy() // a turn in progress elsewhere: nothing goes back meanwhile
+	if _, err := c.Send(ctx, "The keeper of the lighthouse counts the ships every night.", nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * idleRelease)
+	if pooled() == 0 {
+		t.Fatal("memory was released while a turn was running")
+	}
+	released := func() bool {
+		for end := time.Now().Add(5 * time.Second); pooled() != 0 && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return pooled() == 0
+	}
+	done()
+	if !released() {
+		t.Fatalf("%v after the last turn ended, %d bytes are still kept for reuse", idleRelease, pooled())
+	}
+	// A turn alone schedules the release, and so does feedback.
+	fillPool(t, w)
+	turn, err := c.Send(ctx, "Every night the keeper writes the names in a green book.", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !released() {
+		t.Fatalf("%v after a turn, %d bytes are still kept for reuse", idleRelease, pooled())
+	}
+	fillPool(t, w)
+	if _, err := c.Feedback(ctx, turn.MessageID, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !released() {
+		t.Fatalf("%v after feedback, %d bytes are still kept for reuse", idleRelease, pooled())
+	}
+}
+
+func TestFinishedJobReleasesMemory(t *testing.T) {
+	ctx := context.Background()
+	w := openTestWorkspace(t, t.TempDir())
+	defer w.Close()
+	fillPool(t, w)
 	job, err := w.StartTrain(ctx, tinyTrainSpec(t, 2, 1, 0))
 	if err != nil {
 		t.Fatal(err)
