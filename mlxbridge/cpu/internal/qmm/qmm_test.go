@@ -102,7 +102,7 @@ func TestMatMulT(t *testing.T) {
 		}
 		// Large enough to split rows among cores and to take several sgemm tiles.
 		w := randomWeights(rng, 1029, 1024, 64, 4)
-		for _, M := range []int{1, 3, 40} {
+		for _, M := range []int{1, 3, 40, 64, 65} { // 64 and 65: either side of fusedMax
 			testMatMulT(t, rng, w, M)
 		}
 		w = randomWeights(rng, 515, 4160, 32, 8) // K % 64 == 32: a half block at the end
