@@ -213,7 +213,7 @@ func BenchmarkCrossover(b *testing.B) {
 	for _, bits := range []int{4, 8} {
 		w := newBenchWeights(N, K, 64, bits)
 		for _, form := range []string{"T", "N"} {
-			for _, M := range []int{1, 4, 16, 32, 64} {
+			for _, M := range []int{1, 4, 16, 32, 64, 128} {
 				x, out := make([]float32, M*K), make([]float32, M*N)
 				for _, strategy := range []string{"fused", "tiled"} {
 					b.Run(fmt.Sprintf("bits=%d/%s/M=%d/%s", bits, form, M, strategy), func(b *testing.B) {

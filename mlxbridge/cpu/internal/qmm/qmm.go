@@ -35,8 +35,9 @@ import (
 // Crossovers from the fused matrix-vector kernels to dequantize-and-sgemm, in rows of x. On
 // x86-64 with OpenBLAS, measured at 4096x4096 on a 2-core AVX-512 slice (see
 // BenchmarkCrossover): the fused kernels win up to 64 rows for x @ W^T (µs a row fused /
-// tiled, 4-bit 246 / 434 at 32 rows, 222 / 266 at 64; 8-bit 287 / 479 and 266 / 295), now
-// that blocks of four rows of x take two rows of W at a time, and about 8 for x @ W (on a
+// tiled, 4-bit 246 / 434 at 32 rows, 222-262 / 257-266 at 64, 212-216 / 207-214 at 128;
+// 8-bit 287 / 479, 266-278 / 277-295 and 242-253 / 210), now that blocks of four rows of x
+// take two rows of W at a time, and about 8 for x @ W (on a
 // 2-core Xeon slice, with a slower sgemm, they won up to 64 for both). On macOS, Accelerate's sgemm runs on the
 // matrix coprocessor at several times NEON's speed, so sgemm takes over early; that value is
 // an estimate, not a measurement.
