@@ -37,10 +37,10 @@ import (
 // BenchmarkCrossover): the fused kernels win up to 64 rows for x @ W^T (µs a row fused /
 // tiled, 4-bit 246 / 434 at 32 rows, 222-262 / 257-266 at 64, 212-216 / 207-214 at 128;
 // 8-bit 287 / 479, 266-278 / 277-295 and 242-253 / 210), now that blocks of four rows of x
-// take two rows of W at a time, and about 8 for x @ W (on a
-// 2-core Xeon slice, with a slower sgemm, they won up to 64 for both). On macOS, Accelerate's sgemm runs on the
-// matrix coprocessor at several times NEON's speed, so sgemm takes over early; that value is
-// an estimate, not a measurement.
+// take two rows of W at a time, and about 8 for x @ W (on a 2-core Xeon slice, with a slower
+// sgemm, they won up to 64 for both). On macOS, Accelerate's sgemm runs on the matrix
+// coprocessor at several times NEON's speed, so sgemm takes over early; that value is an
+// estimate, not a measurement.
 //
 // A vocabulary-sized W (an LM head, a tied embedding: N in the tens of thousands) is
 // another matter: dequantizing all of it costs more than the fused kernels' extra
