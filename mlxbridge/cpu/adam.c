@@ -70,11 +70,11 @@ void inloop_adam(float *po, float *mo, float *vo, const float *p, const float *g
                  size_t n, const float *k) {
 	size_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-	static int level = -1;
-	if (level < 0) level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
-	if (level == 2)
+	// Asked on every call (a load and a test): cores run this at once, and a
+	// cached answer written by both would be a data race.
+	if (__builtin_cpu_supports("avx512f"))
 		i = adam_avx512(po, mo, vo, p, g, m, v, n, k);
-	else if (level == 1)
+	else if (__builtin_cpu_supports("avx"))
 		i = adam_avx(po, mo, vo, p, g, m, v, n, k);
 #endif
 	adam_scalar(po, mo, vo, p, g, m, v, i, n, k);
