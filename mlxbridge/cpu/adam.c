@@ -66,15 +66,21 @@ __attribute__((target("avx"))) static size_t adam_avx(float *po, float *mo, floa
 }
 #endif
 
+static int adam_cap = -1; // tests only (inloop_adam_limit), set while nothing runs
+
+void inloop_adam_limit(int level) { adam_cap = level; }
+
 void inloop_adam(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
                  size_t n, const float *k) {
 	size_t i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
 	// Asked on every call (a load and a test): cores run this at once, and a
 	// cached answer written by both would be a data race.
-	if (__builtin_cpu_supports("avx512f"))
+	int level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
+	if (adam_cap >= 0 && adam_cap < level) level = adam_cap;
+	if (level == 2)
 		i = adam_avx512(po, mo, vo, p, g, m, v, n, k);
-	else if (__builtin_cpu_supports("avx"))
+	else if (level == 1)
 		i = adam_avx(po, mo, vo, p, g, m, v, n, k);
 #endif
 	adam_scalar(po, mo, vo, p, g, m, v, i, n, k);

@@ -51,6 +51,10 @@ func adamVec(po, mo, vo, p, g, m, v []float32, k *adamK) {
 	C.inloop_adam(cf(po), cf(mo), cf(vo), cf(p), cf(g), mp, vp, C.size_t(len(po)), (*C.float)(unsafe.Pointer(k)))
 }
 
+// limitAdam caps inloop_adam's vector level (2 AVX-512, 1 AVX, 0 scalar; -1
+// lifts the cap); tests use it to cover every form on one machine.
+func limitAdam(level int) { C.inloop_adam_limit(C.int(level)) }
+
 func logSumExpRows(out, x []float32, d int) {
 	vecRows(out, x, 1, d, func(o, i *C.float, r, n C.size_t) { C.inloop_logsumexp_rows(o, i, r, n) })
 }

@@ -28,3 +28,4 @@ void inloop_attend_bf16_values(float *out, size_t rows, size_t dv, const float *
                                float *tmp);
 void inloop_adam(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
                  size_t n, const float *k);
+void inloop_adam_limit(int level);

@@ -82,3 +82,45 @@ func TestVecSiluGrad(t *testing.T) {
 		t.Errorf("silu': worst error %.3g, want ≤ 2e-7", worst)
 	}
 }
+
+// Every vector form of inloop_adam gives the numbers of the float32 ops one at
+// a time (each product rounded, no fused multiply-add), bit for bit, with
+// moments and without (zeros), over lengths that leave vector tails.
+func TestAdamForms(t *testing.T) {
+	defer limitAdam(-1)
+	k := adamK{b1: 0.9, c1: 0.1, b2: 0.999, c2: 0.001, decay: 1 - 1e-5, num: 1e-3 / (1 - 0.9), div: 0.0447, eps: 1e-8}
+	for _, n := range []int{1, 15, 16, 37, 1000} {
+		p, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range n {
+			p[i], g[i], m[i] = float32(math.Sin(float64(i)+1)), float32(math.Cos(float64(3*i)))*0.01, float32(math.Sin(float64(7*i)))*0.001
+			v[i] = m[i] * m[i]
+		}
+		for _, moments := range []bool{true, false} {
+			wp, wm, wv := make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range n {
+				var m0, v0 float32
+				if moments {
+					m0, v0 = m[i], v[i]
+				}
+				mi := float32(m0*k.b1) + float32(g[i]*k.c1)
+				vi := float32(v0*k.b2) + float32(float32(g[i]*g[i])*k.c2)
+				den := float32(float32(math.Sqrt(float64(vi)))/k.div) + k.eps
+				wp[i], wm[i], wv[i] = float32(p[i]*k.decay)-float32(float32(mi*k.num)/den), mi, vi
+			}
+			for level := 2; level >= 0; level-- {
+				limitAdam(level)
+				po, mo, vo := make([]float32, n), make([]float32, n), make([]float32, n)
+				if moments {
+					adamVec(po, mo, vo, p, g, m, v, &k)
+				} else {
+					adamVec(po, mo, vo, p, g, nil, nil, &k)
+				}
+				for i := range n {
+					if po[i] != wp[i] || mo[i] != wm[i] || vo[i] != wv[i] {
+						t.Fatalf("level %d, n %d, moments %v, [%d]: p %v m %v v %v, want %v %v %v", level, n, moments, i, po[i], mo[i], vo[i], wp[i], wm[i], wv[i])
+					}
+				}
+			}
+		}
+	}
+}
