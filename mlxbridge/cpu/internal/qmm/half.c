@@ -260,17 +260,19 @@ static void half_gemm_n_avx2(const uint16_t *w, int N, int K, int f16, const flo
 
 #define TARGET512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
-TARGET512 INLINE __m512 widen16(const uint16_t *p, int f16) {
-	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+// widen16h widens sixteen 16-bit values held in h.
+TARGET512 INLINE __m512 widen16h(__m256i h, int f16) {
 	if (f16) return _mm512_cvtph_ps(h);
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+TARGET512 INLINE __m512 widen16(const uint16_t *p, int f16) {
+	return widen16h(_mm256_loadu_si256((const __m256i *)p), f16);
+}
+
 // widen16m is widen16 of the values under mask m, zeros elsewhere.
 TARGET512 INLINE __m512 widen16m(const uint16_t *p, __mmask16 m, int f16) {
-	__m256i h = _mm256_maskz_loadu_epi16(m, p);
-	if (f16) return _mm512_cvtph_ps(h);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+	return widen16h(_mm256_maskz_loadu_epi16(m, p), f16);
 }
 
 // The AVX-512 form of HGEMV: 16 columns a step, fewer instructions per byte streamed.
@@ -451,8 +453,7 @@ static void half_gemv_t_avx512(const uint16_t *w, int K, int f16, const float *x
 			_mm_prefetch((const char *)(wr + 8L * K), _MM_HINT_T0);                            \
 			__m512i h = cols >= 32 ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi16(km, wr); \
 			__m256i h0 = _mm512_castsi512_si256(h), h1 = _mm512_extracti64x4_epi64(h, 1);      \
-			__m512 w0 = F16 ? _mm512_cvtph_ps(h0) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16)); \
-			__m512 w1 = F16 ? _mm512_cvtph_ps(h1) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16)); \
+			__m512 w0 = widen16h(h0, F16), w1 = widen16h(h1, F16);                             \
 			HN_ROWS(HN_FMA, MB)                                                                \
 		}                                                                                      \
 		HN_ROWS(HN_STORE, MB)                                                                  \
