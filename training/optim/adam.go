@@ -85,7 +85,8 @@ func (o *Adam) Step(params, grads map[string]*mx.Array) (map[string]*mx.Array, e
 	for _, n := range names {
 		p := params[n]
 		g := mx.AsType(grads[n], p.DType())
-		// No moments yet (a first update): AdamUpdate takes nil as zeros.
+		// No moments yet (a first update): AdamUpdate takes nil as zeros. Step
+		// and SetState keep both moments of a parameter or neither.
 		m, err := stateOf(o.m, n, "m", p)
 		if err != nil {
 			return nil, err
@@ -93,9 +94,6 @@ func (o *Adam) Step(params, grads map[string]*mx.Array) (map[string]*mx.Array, e
 		v, err := stateOf(o.v, n, "v", p)
 		if err != nil {
 			return nil, err
-		}
-		if (m == nil) != (v == nil) {
-			return nil, fmt.Errorf("optim: adam: parameter %q has only one of its two moments", n)
 		}
 		c := mx.AdamCoeffs{B1: b1, C1: 1 - b1, B2: b2, C2: 1 - b2, Decay: 1, Num: lr, Div: 1, Eps: o.Eps}
 		if o.WeightDecay != 0 {
