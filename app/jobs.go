@@ -199,9 +199,7 @@ func (w *Workspace) chatBusy() (done func()) {
 		if w.chatActive--; w.chatActive > 0 {
 			return
 		}
-		if w.idleTimer != nil {
-			w.idleTimer.Stop()
-		}
+		// The last timer was stopped when this turn began.
 		w.idleTimer = time.AfterFunc(idleRelease, func() {
 			w.idleMu.Lock()
 			busy := w.chatActive > 0
