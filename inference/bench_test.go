@@ -212,6 +212,27 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeInt8 is BenchmarkDecode for the 8- and 4-bit models, exact
+// (SetInt8Decode off) and on 8-bit activations, one after the other on the same
+// model, so their ratio comes from one run.
+func BenchmarkDecodeInt8(b *testing.B) {
+	for _, p := range benchPresets {
+		for _, bits := range []int{8, 4} {
+			for _, int8 := range []bool{false, true} {
+				name := map[bool]string{false: "exact", true: "int8"}[int8]
+				b.Run(fmt.Sprintf("%s/q%d/%s", p.name, bits, name), func(b *testing.B) {
+					m := benchModel(b, p.name, p.cfg, bits)
+					m.SetInt8Decode(int8)
+					defer m.SetInt8Decode(false)
+					b.ResetTimer()
+					per := bestDecode(b, m, 64)
+					b.ReportMetric(1/per.Seconds(), "tok/s")
+				})
+			}
+		}
+	}
+}
+
 func BenchmarkPrefill512(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {

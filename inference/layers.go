@@ -21,6 +21,8 @@ type Linear struct {
 
 	GroupSize, Bits int
 
+	int8 bool // decode on 8-bit activations (Model.SetInt8Decode)
+
 	// adapters are the updates of the model's adapter stack for this layer, bottom
 	// first (adapter.go); the model rewrites the list under its write lock.
 	adapters []*LoRA
@@ -31,7 +33,9 @@ func (l *Linear) quantized() bool { return l.Scales != nil }
 // Forward maps x (..., In) to (..., Out).
 func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	var y *mx.Array
-	if l.quantized() {
+	if l.quantized() && l.int8 {
+		y = mx.QuantizedMatmulA8(x, l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits)
+	} else if l.quantized() {
 		y = mx.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
 	} else {
 		y = mx.MatmulT(x, l.Weight, false, true)
@@ -54,6 +58,7 @@ type Embedding struct {
 	GroupSize      int
 	Bits           int
 	dtype          mx.DType // of the activations it produces
+	int8           bool     // AsLinear decodes on 8-bit activations (Model.SetInt8Decode)
 }
 
 func (e *Embedding) quantized() bool { return e.Scales != nil }
@@ -72,6 +77,9 @@ func (e *Embedding) Forward(ids *mx.Array) *mx.Array {
 // AsLinear uses the table as the output projection of tied models: x (..., Dim)
 // to logits (..., Vocab).
 func (e *Embedding) AsLinear(x *mx.Array) *mx.Array {
+	if e.quantized() && e.int8 {
+		return mx.QuantizedMatmulA8(x, e.Weight, e.Scales, e.Biases, e.GroupSize, e.Bits)
+	}
 	if e.quantized() {
 		return mx.QuantizedMatmul(x, e.Weight, e.Scales, e.Biases, true, e.GroupSize, e.Bits)
 	}

@@ -152,6 +152,12 @@ type (
 	QuantizedMatMuler interface {
 		QuantizedMatMul(x, w, scales, biases *Array, transpose bool, groupSize, bits int, out []int) (Handle, error)
 	}
+	// QuantizedMatMulerA8 computes x @ dequant(w).T for one row x with x rounded to
+	// 8 bits and integer dot products (QuantizedMatmulA8); ok is false, and nothing
+	// done, where it has no such kernel for these weights.
+	QuantizedMatMulerA8 interface {
+		QuantizedMatMulA8(x, w, scales, biases *Array, groupSize, bits int, out []int) (h Handle, ok bool, err error)
+	}
 	// Dequantizer unpacks w = scale·q + bias on the device, in the scales' dtype
 	// (mx.dequantize), so a quantized table need not travel to the host.
 	Dequantizer interface {

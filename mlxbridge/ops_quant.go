@@ -100,6 +100,33 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 	return FromData(w.b, scales.dtype, vals, shape...)
 }
 
+// QuantizedMatmulA8 is QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
+// for decoding, with 8-bit activations where that is faster: when x holds a single
+// row (a decode step), is not traced, w is one matrix of 4 or 8 bits, and the
+// backend has integer dot products for it (QuantizedMatMulerA8), x is rounded to
+// int8 with one scale per few values (each value moves by at most 1/254 of the
+// largest magnitude in its aligned block of 8), and
+// multiplied by the packed weights as integers, as llama.cpp multiplies its
+// quantized weights. Anywhere else it is QuantizedMatmul, exactly.
+func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array {
+	q, ok := x.b.(QuantizedMatMulerA8)
+	if !ok || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 || len(x.shape) < 1 ||
+		x.Size() != x.shape[len(x.shape)-1] || (bits != 4 && bits != 8) {
+		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
+	}
+	_, k, e := quantShape("quantized_matmul", w, scales, biases, groupSize, bits)
+	if e != nil || x.shape[len(x.shape)-1] != k || !x.dtype.IsFloat() {
+		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits) // which says what is wrong
+	}
+	out := append(clone(x.shape[:len(x.shape)-1]), w.shape[0])
+	h, ok, err := q.QuantizedMatMulA8(x, w, scales, biases, groupSize, bits, out)
+	if !ok {
+		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
+	}
+	keepAlive(x, w, scales, biases)
+	return newArray("quantized_matmul_a8", x.b, h, err, out, x.dtype)
+}
+
 // QuantizedMatmul computes x @ dequant(w)ᵀ (transpose, the Linear layer: x (..., K),
 // w (N, K) packed, out (..., N)) or x @ dequant(w) (x (..., N), out (..., K)) without
 // building the dequantized matrix where the backend has a fused kernel. w may also

@@ -28,6 +28,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("DTypes", s.dtypes)
 	t.Run("Quantized", s.quantized)
 	t.Run("QuantizedBatched", s.quantizedBatched)
+	t.Run("QuantizedA8", s.quantizedA8)
 	t.Run("Optimizer", s.optimizer)
 	t.Run("Sorting", s.sorting)
 	t.Run("Compact", s.compact)

@@ -140,3 +140,80 @@ func (s *suite) quantizedBatched(t *testing.T) {
 		}
 	}
 }
+
+// quantizedA8: decoding's product on 8-bit activations is within the rounding of
+// x of the exact product (each value of x moves by at most max|x|/254 over its
+// aligned block of 8, so the product by at most that times |scale·q|, summed over
+// the row), for one row of x,
+// batched or not, in float32 and bfloat16; with more rows, or a traced x, it is
+// QuantizedMatmul exactly. An outlier channel is in x, as in real activations.
+func (s *suite) quantizedA8(t *testing.T) {
+	for _, bits := range []int{4, 8} {
+		for _, group := range []int{32, 64, 128} {
+			const n, k = 40, 640
+			wq, sc, bi := mx.Quantize(s.randn(uint64(90+bits+group), n, k), group, bits)
+			ones := mx.AddScalar(mx.MulScalar(sc, 0), 1)
+			q := get(t, mx.Dequantize(wq, ones, mx.MulScalar(ones, 0), group, bits)) // the integers
+			scv := get(t, sc)
+			deq := mx.Dequantize(wq, sc, bi, group, bits)
+			for _, shape := range [][]int{{1, k}, {1, 1, k}} {
+				x := s.randn(uint64(7+group), shape...)
+				xv := get(t, x)
+				xv[k/3] = 30
+				xf := make([]float32, len(xv))
+				for i, v := range xv {
+					xf[i] = float32(v)
+				}
+				x = mx.FromData(x.Backend(), mx.Float32, xf, shape...)
+				amax := make([]float64, k/8) // of each aligned block of 8 values
+				for j, v := range xv {
+					amax[j/8] = math.Max(amax[j/8], math.Abs(v))
+				}
+				want := get(t, mx.MatmulT(mx.Reshape(x, 1, k), deq, false, true))
+				name := fmt.Sprintf("%d-bit group %d, x %v", bits, group, shape)
+				got := mx.QuantizedMatmulA8(x, wq, sc, bi, group, bits)
+				if fmt.Sprint(got.Shape()) != fmt.Sprint(append(shape[:len(shape)-1:len(shape)-1], n)) {
+					t.Fatalf("%s: shape %v", name, got.Shape())
+				}
+				gv := get(t, got)
+				for i := range n {
+					var bound, mag float64
+					for j := range k {
+						sq := math.Abs(scv[i*(k/group)+j/group] * q[i*k+j])
+						bound += sq * amax[j/8] / 254
+						mag += sq * math.Abs(xv[j])
+					}
+					if d := math.Abs(gv[i] - want[i]); d > bound+1e-5*mag+1e-6 {
+						t.Fatalf("%s: out[%d] = %g, exact %g: off by %g, past the rounding bound %g", name, i, gv[i], want[i], d, bound)
+					}
+				}
+				bx := mx.AsType(x, mx.BFloat16)
+				if got := mx.QuantizedMatmulA8(bx, wq, sc, bi, group, bits); got.DType() != mx.BFloat16 || got.Err() != nil {
+					t.Errorf("%s: bfloat16 x gave %s (%v)", name, got.DType(), got.Err())
+				}
+			}
+			x3 := s.randn(3, 3, k)
+			expect(t, "quantized_matmul_a8 of three rows", mx.QuantizedMatmulA8(x3, wq, sc, bi, group, bits), []int{3, n},
+				get(t, mx.QuantizedMatmul(x3, wq, sc, bi, true, group, bits)), 0, 0)
+		}
+	}
+	wq, sc, bi := mx.Quantize(s.randn(5, 8, 64), 64, 4)
+	if bad := mx.QuantizedMatmulA8(s.randn(6, 1, 32), wq, sc, bi, 64, 4); bad.Err() == nil {
+		t.Errorf("x of 32 values against weights of 64 gave %s", bad)
+	}
+	// Traced, it is the exact product and differentiable.
+	grad := func(f func(x *mx.Array) *mx.Array) []float64 {
+		_, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array { return []*mx.Array{mx.Sum(f(p[0]), nil, false)} }, []*mx.Array{s.randn(8, 1, 64)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return get(t, g[0])
+	}
+	want := grad(func(x *mx.Array) *mx.Array { return mx.QuantizedMatmul(x, wq, sc, bi, true, 64, 4) })
+	got := grad(func(x *mx.Array) *mx.Array { return mx.QuantizedMatmulA8(x, wq, sc, bi, 64, 4) })
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("quantized_matmul_a8 gradient [%d] = %g, QuantizedMatmul's %g", i, got[i], want[i])
+		}
+	}
+}

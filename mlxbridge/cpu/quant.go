@@ -30,3 +30,21 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 	roundTo(x.DType(), res)
 	return fbuf(res), nil
 }
+
+// HasInt8Decode reports whether this CPU has the integer kernels behind
+// mx.QuantizedMatmulA8 for bits-bit weights (4 and 8, with AVX-512 VNNI).
+func HasInt8Decode(bits int) bool { return qmm.HasInt8(bits) }
+
+// QuantizedMatMulA8 runs qmm's 8-bit-activation kernel, where the CPU has one for
+// these weights.
+func (be *Backend) QuantizedMatMulA8(x, w, scales, biases *mx.Array, groupSize, bits int, out []int) (mx.Handle, bool, error) {
+	if !qmm.HasInt8(bits) {
+		return nil, false, nil
+	}
+	ws := w.Shape()
+	n, k := ws[0], ws[1]*32/bits
+	res := newF(n)
+	qmm.MatVecTInt8(res, h(x).f, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
+	roundTo(x.DType(), res)
+	return fbuf(res), true, nil
+}

@@ -1,0 +1,85 @@
+package qmm
+
+/*
+#include "qmm.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// HasInt8 reports whether MatVecTInt8 runs for bits-bit weights on this CPU (4 and 8 bits
+// with AVX-512 VNNI, unless limitSIMD caps the kernels below AVX-512).
+func HasInt8(bits int) bool { return (bits == 4 || bits == 8) && vnni() && simdLevel() >= 2 }
+
+var vnni = sync.OnceValue(func() bool { return C.qmm_cpu_vnni() != 0 })
+
+// i8Lens are the lengths qmm_prepare_x_i8 writes for K values at bits: activation bytes
+// (a chunk of 16 lanes of 32/bits values each takes 64 bytes at 8 bits and 128 at 4, the
+// low and high nibbles' halves) and lane scales (16 a chunk).
+func i8Lens(K, bits int) (xq, xsl int) {
+	chunks := (K + 16*(32/bits) - 1) / (16 * (32 / bits))
+	return chunks * 64 * (8 / bits), chunks * 16
+}
+
+// i8Scratch holds one call's rounded activations.
+type i8Scratch struct {
+	xq        []int8
+	xsl, xsum []float32
+}
+
+var i8Pool sync.Pool
+
+// MatVecTInt8 sets out = x · dequant(W)ᵀ for one row x (K values), as MatMulT with M = 1, but
+// with x rounded to 8 bits (one scale per 32/bits values) and integer dot products: each
+// value of x moves by at most half its scale, and nothing else is rounded differently. It
+// returns false, doing nothing, where HasInt8(bits) is false.
+func MatVecTInt8(out, x []float32, K int, packed []uint32, scales, biases []float32, N, groupSize, bits int) bool {
+	if !HasInt8(bits) {
+		return false
+	}
+	w := newWeights("MatVecTInt8", packed, scales, biases, N, K, groupSize, bits)
+	defer w.close()
+	if len(x) < K || len(out) < N {
+		panic(fmt.Sprintf("qmm.MatVecTInt8: x has %d values, out %d, for K=%d N=%d", len(x), len(out), K, N))
+	}
+	if N == 0 {
+		return true
+	}
+	s, _ := i8Pool.Get().(*i8Scratch)
+	if s == nil {
+		s = &i8Scratch{}
+	}
+	defer i8Pool.Put(s)
+	xqLen, xslLen := i8Lens(K, bits)
+	G := K / groupSize
+	if cap(s.xq) < xqLen {
+		s.xq = make([]int8, xqLen)
+	}
+	if cap(s.xsl) < xslLen {
+		s.xsl = make([]float32, xslLen)
+	}
+	if cap(s.xsum) < G {
+		s.xsum = make([]float32, G)
+	}
+	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
+	C.qmm_prepare_x_i8(&w.c, (*C.float)(&x[0]), xq, xsl, xsum)
+	parallel(N, 4, K*bits/8, func(n0, n1 int) {
+		C.qmm_gemv_t_i8(&w.c, xq, xsl, xsum, C.int(n0), C.int(n1), (*C.float)(&out[0]))
+	})
+	return true
+}
+
+// int8OnThisThread is kernelOnThisThread for the 8-bit-activation kernel.
+func int8OnThisThread(w *weights, x []float32) func(out []float32) {
+	nq, nsl := i8Lens(w.K, int(w.c.bits))
+	xq, xsl := make([]int8, nq), make([]float32, nsl)
+	xsum := make([]float32, w.K/int(w.c.group))
+	C.qmm_prepare_x_i8(&w.c, (*C.float)(&x[0]), (*C.int8_t)(unsafe.Pointer(&xq[0])), (*C.float)(&xsl[0]), (*C.float)(&xsum[0]))
+	return func(out []float32) {
+		C.qmm_gemv_t_i8(&w.c, (*C.int8_t)(unsafe.Pointer(&xq[0])), (*C.float)(&xsl[0]), (*C.float)(&xsum[0]), 0, C.int(w.N), (*C.float)(&out[0]))
+	}
+}
