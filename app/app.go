@@ -117,6 +117,7 @@ func openBackend(name string) (mx.Backend, error) { return mx.Open(name) }
 type wsFlags struct {
 	dataDir, backend *string
 	dtype            *string // nil: the command has no --dtype (see addDTypeFlag)
+	int8Decode       *bool   // with dtype
 }
 
 func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
@@ -129,6 +130,7 @@ func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
 // addDTypeFlag gives a command --dtype, the type it loads the model in.
 func (f *wsFlags) addDTypeFlag(fs *flag.FlagSet) {
 	f.dtype = fs.String("dtype", "float32", "type to load the model and compute in: "+inference.DTypeNames+"; auto computes as mlx-lm does")
+	f.int8Decode = fs.Bool("int8-decode", false, "decode 4- and 8-bit models on activations rounded to 8 bits, with integer dot products as llama.cpp does: faster on CPUs with AVX-512 VNNI, not exact (off: decoding matches mlx-lm's)")
 }
 
 func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
@@ -138,6 +140,7 @@ func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
 			return nil, fmt.Errorf("--dtype %q: want %s", *f.dtype, inference.DTypeNames)
 		}
 		opt.DType = *f.dtype
+		opt.Int8Decode = *f.int8Decode
 	}
 	return Open(ctx, opt)
 }

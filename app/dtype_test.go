@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inloop/inloop/inference"
+	"github.com/inloop/inloop/inference/inferencetest"
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
@@ -67,5 +69,49 @@ func TestDTypeFlag(t *testing.T) {
 	}
 	if _, err := Open(ctx, Options{DataDir: filepath.Join(dataDir, "x"), Backend: "cpu", DType: "fp4"}); err == nil {
 		t.Error("Open accepted dtype fp4")
+	}
+}
+
+// --int8-decode reaches generate and chat, and the Workspace loads models with the
+// choice it was opened with or last set; SetDType keeps it, and SetInt8Decode
+// switches models already loaded.
+func TestInt8DecodeFlag(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "demo-q4")
+	if _, err := inference.QuantizeModel(inferencetest.Demo(t), dir, 4, 64); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	for _, cmd := range [][]string{
+		{"generate", "--prompt", "hello", "--max-tokens", "5", "--temp", "0", "--int8-decode"},
+		{"chat", "--max-tokens", "5", "--temp", "0", "--int8-decode"},
+	} {
+		var out, errb bytes.Buffer
+		args := append(cmd, "--model", dir, "--backend", "cpu", "--data-dir", dataDir)
+		if code := Run(ctx, args, strings.NewReader("hi\n/exit\n"), &out, &errb); code != 0 {
+			t.Errorf("%v exited %d: %s", cmd, code, errb.String())
+		}
+	}
+	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Decode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	m, _, err := w.SharedModel(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Int8Decode() || !w.Int8Decode() {
+		t.Errorf("opened with Int8Decode: the model says %v, the workspace %v", m.Int8Decode(), w.Int8Decode())
+	}
+	if err := w.SetDType("bfloat16"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _ := w.SharedModel(ctx, dir); !m.Int8Decode() {
+		t.Error("SetDType dropped Int8Decode")
+	}
+	w.SetInt8Decode(false)
+	if m, _, _ := w.SharedModel(ctx, dir); m.Int8Decode() || w.Int8Decode() {
+		t.Error("SetInt8Decode(false) left a loaded model on 8-bit activations")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,9 +146,33 @@ func (w *Workspace) SetDType(dtype string) error {
 	}
 	w.loadMu.Lock()
 	defer w.loadMu.Unlock()
+	load.Int8Decode = w.loadOpts.Load().Int8Decode
 	w.loadOpts.Store(&load)
 	clear(w.loaded)
 	return nil
+}
+
+// Int8Decode reports whether 4- and 8-bit models decode on 8-bit activations
+// (Options.Int8Decode).
+func (w *Workspace) Int8Decode() bool { return w.loadOpts.Load().Int8Decode }
+
+// Int8DecodeRuns reports whether the choice changes anything here: whether the
+// backend multiplies 4-bit weights on integers (elsewhere decoding stays exact).
+func (w *Workspace) Int8DecodeRuns() bool { return mx.HasQuantizedA8(w.Backend, 4) }
+
+// SetInt8Decode chooses whether 4- and 8-bit models decode on 8-bit activations
+// from now on (Options.Int8Decode). Models already loaded, open chats' included,
+// switch at their next reply; a run in progress is not touched (training is exact
+// either way).
+func (w *Workspace) SetInt8Decode(on bool) {
+	w.loadMu.Lock()
+	defer w.loadMu.Unlock()
+	load := *w.loadOpts.Load()
+	load.Int8Decode = on
+	w.loadOpts.Store(&load)
+	for _, m := range w.loaded {
+		m.SetInt8Decode(on)
+	}
 }
 
 func isDir(p string) bool {

@@ -25,6 +25,9 @@ type Options struct {
 	// default), "bfloat16", "float16" or "auto", each checkpoint's own, which
 	// is what mlx-lm computes in (inference.ParseDType). SetDType changes it.
 	DType string
+	// Int8Decode decodes 4- and 8-bit models on 8-bit activations
+	// (inference.LoadOptions.Int8Decode); SetInt8Decode changes it.
+	Int8Decode bool
 }
 
 // Workspace is the one API the command line, the window and the adaptation loops
@@ -67,6 +70,7 @@ func Open(ctx context.Context, opt Options) (*Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
+	load.Int8Decode = opt.Int8Decode
 	name := opt.Backend
 	if name == "" {
 		name = "auto"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/inferencetest"
-	"github.com/inloop/inloop/mlxbridge/cpu"
+	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 // quantizedDemo is the demo model quantized to bits (group 64), loaded on the cpu
@@ -96,7 +96,7 @@ func TestInt8Decode(t *testing.T) {
 		if worst > 0.04 {
 			t.Errorf("%d-bit: int8 decoding moved a logit by %.4f of the logits' spread", bits, worst)
 		}
-		if cpu.HasInt8Decode(bits) && !differ {
+		if mx.HasQuantizedA8(m.Backend(), bits) && !differ {
 			t.Errorf("%d-bit: int8 decoding gave the exact logits on a CPU with the integer kernels: it did not run", bits)
 		}
 		m8.SetInt8Decode(false)

@@ -1,6 +1,8 @@
 package inference
 
 import (
+	"sync/atomic"
+
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
@@ -21,7 +23,7 @@ type Linear struct {
 
 	GroupSize, Bits int
 
-	int8 bool // decode on 8-bit activations (Model.SetInt8Decode)
+	int8 atomic.Bool // decode on 8-bit activations (Model.SetInt8Decode)
 
 	// adapters are the updates of the model's adapter stack for this layer, bottom
 	// first (adapter.go); the model rewrites the list under its write lock.
@@ -33,7 +35,7 @@ func (l *Linear) quantized() bool { return l.Scales != nil }
 // Forward maps x (..., In) to (..., Out).
 func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	var y *mx.Array
-	if l.quantized() && l.int8 {
+	if l.quantized() && l.int8.Load() {
 		y = mx.QuantizedMatmulA8(x, l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits)
 	} else if l.quantized() {
 		y = mx.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
@@ -57,8 +59,8 @@ type Embedding struct {
 	Scales, Biases *mx.Array
 	GroupSize      int
 	Bits           int
-	dtype          mx.DType // of the activations it produces
-	int8           bool     // AsLinear decodes on 8-bit activations (Model.SetInt8Decode)
+	dtype          mx.DType    // of the activations it produces
+	int8           atomic.Bool // AsLinear decodes on 8-bit activations (Model.SetInt8Decode)
 }
 
 func (e *Embedding) quantized() bool { return e.Scales != nil }
@@ -77,7 +79,7 @@ func (e *Embedding) Forward(ids *mx.Array) *mx.Array {
 // AsLinear uses the table as the output projection of tied models: x (..., Dim)
 // to logits (..., Vocab).
 func (e *Embedding) AsLinear(x *mx.Array) *mx.Array {
-	if e.quantized() && e.int8 {
+	if e.quantized() && e.int8.Load() {
 		return mx.QuantizedMatmulA8(x, e.Weight, e.Scales, e.Biases, e.GroupSize, e.Bits)
 	}
 	if e.quantized() {

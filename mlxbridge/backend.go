@@ -157,6 +157,8 @@ type (
 	// done, where it has no such kernel for these weights.
 	QuantizedMatMulerA8 interface {
 		QuantizedMatMulA8(x, w, scales, biases *Array, groupSize, bits int, out []int) (h Handle, ok bool, err error)
+		// HasA8 reports whether it has such a kernel for bits-bit weights.
+		HasA8(bits int) bool
 	}
 	// Dequantizer unpacks w = scale·q + bias on the device, in the scales' dtype
 	// (mx.dequantize), so a quantized table need not travel to the host.

@@ -127,6 +127,13 @@ func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array 
 	return newArray("quantized_matmul_a8", x.b, h, err, out, x.dtype)
 }
 
+// HasQuantizedA8 reports whether QuantizedMatmulA8 multiplies bits-bit weights
+// on integers on b (elsewhere it is the exact product).
+func HasQuantizedA8(b Backend, bits int) bool {
+	q, ok := b.(QuantizedMatMulerA8)
+	return ok && q.HasA8(bits)
+}
+
 // QuantizedMatmul computes x @ dequant(w)ᵀ (transpose, the Linear layer: x (..., K),
 // w (N, K) packed, out (..., N)) or x @ dequant(w) (x (..., N), out (..., K)) without
 // building the dequantized matrix where the backend has a fused kernel. w may also

@@ -369,6 +369,36 @@ func TestChatQuantizedKVChoice(t *testing.T) {
 	}
 }
 
+// The Chat screen's 8-bit-activation choice is the workspace's: ticking it sets
+// it (and keeps the chat), unticking clears it; where the backend has no integer
+// kernels the box is disabled and says why.
+func TestChatInt8DecodeChoice(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	c := u.chat
+	test.NewTempWindow(t, c.content)
+	if !u.ws.Int8DecodeRuns() {
+		if !c.int8.Disabled() || !strings.Contains(c.int8.Text, "lacks") {
+			t.Fatalf("no integer kernels here, yet the box is enabled or silent: %q", c.int8.Text)
+		}
+		return
+	}
+	if c.int8.Checked || u.ws.Int8Decode() {
+		t.Fatal("8-bit activations are on by default")
+	}
+	before := c.session
+	locked(u, func() { c.int8.SetChecked(true) })
+	if !u.ws.Int8Decode() {
+		t.Error("ticking the box did not reach the workspace")
+	}
+	if c.session != before {
+		t.Error("ticking the box started a new chat")
+	}
+	locked(u, func() { c.int8.SetChecked(false) })
+	if u.ws.Int8Decode() {
+		t.Error("unticking the box left 8-bit activations on")
+	}
+}
+
 // The Train screen's estimate says when memory is short enough that blocks will be
 // recomputed, and when even that may not fit.
 func TestEstimateText(t *testing.T) {

@@ -31,9 +31,9 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 	return fbuf(res), nil
 }
 
-// HasInt8Decode reports whether this CPU has the integer kernels behind
+// HasA8 reports whether this CPU has the integer kernels behind
 // mx.QuantizedMatmulA8 for bits-bit weights (4 and 8, with AVX-512 VNNI).
-func HasInt8Decode(bits int) bool { return qmm.HasInt8(bits) }
+func (be *Backend) HasA8(bits int) bool { return qmm.HasInt8(bits) }
 
 // QuantizedMatMulA8 runs qmm's 8-bit-activation kernel, where the CPU has one for
 // these weights.
