@@ -130,7 +130,7 @@ func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
 // addDTypeFlag gives a command --dtype, the type it loads the model in.
 func (f *wsFlags) addDTypeFlag(fs *flag.FlagSet) {
 	f.dtype = fs.String("dtype", "float32", "type to load the model and compute in: "+inference.DTypeNames+"; auto computes as mlx-lm does")
-	f.int8Decode = fs.Bool("int8-decode", false, "decode 4- and 8-bit models on activations rounded to 8 bits, with integer dot products as llama.cpp does: faster on CPUs with AVX-512 VNNI, not exact (off: decoding matches mlx-lm's)")
+	f.int8Decode = fs.Bool("int8-decode", false, "decode 4- and 8-bit models on activations rounded to 8 bits, with integer dot products as llama.cpp does: faster on x86-64 CPUs (cpu backend), not exact (off: decoding matches mlx-lm's)")
 }
 
 func (f wsFlags) open(ctx context.Context) (*Workspace, error) {

@@ -126,7 +126,7 @@ type LoadOptions struct {
 	// compact weights: for comparisons, and for code that wants float32 weights.
 	WidenWeights bool
 	// Int8Decode decodes 4- and 8-bit quantized models on 8-bit activations
-	// (Model.SetInt8Decode): faster on CPUs with integer dot products, for a small
+	// (Model.SetInt8Decode): faster where the backend has integer kernels, for a small
 	// loss of precision. Off, decoding is exact.
 	Int8Decode bool
 }
@@ -270,8 +270,9 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 // weights. Off (the default), exactly, as mlx-lm does. On, each step's
 // activations are rounded to int8 and multiplied by the packed weights as
 // integers (mx.QuantizedMatmulA8), as llama.cpp decodes its quantized models:
-// about twice the arithmetic rate where the CPU has integer dot products (AVX-512
-// VNNI), for a small loss of precision (BenchmarkInt8DecodePerplexity). Prefill,
+// about twice the weights a second where the backend has integer kernels (the cpu
+// backend on x86-64: AVX2, or AVX-512 VNNI), for a small loss of precision
+// (TestInt8DecodePerplexity). Prefill,
 // training and scoring, which multiply many rows at once, stay exact, as does
 // every product on a backend or CPU without such a kernel. Copies made after the
 // call (WithParams, Fork) inherit the choice.

@@ -266,22 +266,25 @@ func BenchmarkMatVecHot(b *testing.B) {
 		}
 	}
 	limitSIMD(-1)
-	for _, bits := range []int{4, 8} { // the 8-bit-activation kernel (i8.go), where the CPU has it
-		if !HasInt8(bits) {
+	for level := simdLevel(); level >= 1; level-- { // the 8-bit-activation kernels (i8.go)
+		limitSIMD(level)
+		if level == 2 && !vnni() {
 			continue
 		}
-		b.Run(fmt.Sprintf("int8/bits=%d", bits), func(b *testing.B) {
-			w := newBenchWeights(N, K, 64, bits)
-			ww := newWeights("bench", w.packed, w.scales, w.biases, N, K, 64, bits)
-			defer ww.close()
-			x, out := make([]float32, K), make([]float32, N)
-			run := int8OnThisThread(ww, x)
-			b.SetBytes(w.bytes())
-			for b.Loop() {
-				run(out)
-			}
-			b.ReportMetric(float64(b.N)*float64(w.bytes())/b.Elapsed().Seconds()/1e9, "GB/s")
-		})
+		for _, bits := range []int{4, 8} {
+			b.Run(fmt.Sprintf("int8-%s/bits=%d", map[int]string{1: "avx2", 2: "vnni"}[level], bits), func(b *testing.B) {
+				w := newBenchWeights(N, K, 64, bits)
+				ww := newWeights("bench", w.packed, w.scales, w.biases, N, K, 64, bits)
+				defer ww.close()
+				x, out := make([]float32, K), make([]float32, N)
+				run := int8OnThisThread(ww, x)
+				b.SetBytes(w.bytes())
+				for b.Loop() {
+					run(out)
+				}
+				b.ReportMetric(float64(b.N)*float64(w.bytes())/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
 	}
 }
 

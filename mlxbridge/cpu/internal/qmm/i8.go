@@ -11,9 +11,18 @@ import (
 	"unsafe"
 )
 
-// HasInt8 reports whether MatVecTInt8 runs for bits-bit weights on this CPU (4 and 8 bits
-// with AVX-512 VNNI, unless limitSIMD caps the kernels below AVX-512).
-func HasInt8(bits int) bool { return (bits == 4 || bits == 8) && vnni() && simdLevel() >= 2 }
+// HasInt8 reports whether MatVecTInt8 runs for bits-bit weights on this CPU: 4 and 8 bits
+// on x86-64 with AVX2 (AVX-512 VNNI where the CPU has it), unless limitSIMD caps the kernels
+// below AVX2.
+func HasInt8(bits int) bool { return (bits == 4 || bits == 8) && simdLevel() >= 1 }
+
+// useVNNI reports whether the AVX-512 VNNI form runs (else the AVX2 one).
+func useVNNI() C.int {
+	if vnni() && simdLevel() >= 2 {
+		return 1
+	}
+	return 0
+}
 
 var vnni = sync.OnceValue(func() bool { return C.qmm_cpu_vnni() != 0 })
 
@@ -67,8 +76,9 @@ func MatVecTInt8(out, x []float32, K int, packed []uint32, scales, biases []floa
 	}
 	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
 	C.qmm_prepare_x_i8(&w.c, (*C.float)(&x[0]), xq, xsl, xsum)
+	form := useVNNI()
 	parallel(N, 4, K*bits/8, func(n0, n1 int) {
-		C.qmm_gemv_t_i8(&w.c, xq, xsl, xsum, C.int(n0), C.int(n1), (*C.float)(&out[0]))
+		C.qmm_gemv_t_i8(&w.c, xq, xsl, xsum, C.int(n0), C.int(n1), (*C.float)(&out[0]), form)
 	})
 	return true
 }
@@ -80,6 +90,6 @@ func int8OnThisThread(w *weights, x []float32) func(out []float32) {
 	xsum := make([]float32, w.K/int(w.c.group))
 	C.qmm_prepare_x_i8(&w.c, (*C.float)(&x[0]), (*C.int8_t)(unsafe.Pointer(&xq[0])), (*C.float)(&xsl[0]), (*C.float)(&xsum[0]))
 	return func(out []float32) {
-		C.qmm_gemv_t_i8(&w.c, (*C.int8_t)(unsafe.Pointer(&xq[0])), (*C.float)(&xsl[0]), (*C.float)(&xsum[0]), 0, C.int(w.N), (*C.float)(&out[0]))
+		C.qmm_gemv_t_i8(&w.c, (*C.int8_t)(unsafe.Pointer(&xq[0])), (*C.float)(&xsl[0]), (*C.float)(&xsum[0]), 0, C.int(w.N), (*C.float)(&out[0]), useVNNI())
 	}
 }

@@ -41,9 +41,28 @@ func (w *qweights) q(n, k int) float64 {
 // or the bias term shows at float32 precision), and against the exact product, within the
 // bound the rounding of x allows (half a lane scale per value, times |scale*q|).
 func TestMatVecTInt8(t *testing.T) {
-	if !HasInt8(4) {
-		t.Skip("no AVX-512 VNNI on this CPU")
+	forEachInt8Form(t, testMatVecTInt8)
+}
+
+// forEachInt8Form runs fn with each form of the integer kernel this machine has: AVX-512 VNNI
+// and AVX2.
+func forEachInt8Form(t *testing.T, fn func(t *testing.T)) {
+	defer limitSIMD(-1)
+	ran := false
+	for level := simdLevel(); level >= 1; level-- {
+		limitSIMD(level)
+		if level == 2 && !vnni() || !HasInt8(4) {
+			continue
+		}
+		ran = true
+		t.Run(map[int]string{1: "avx2", 2: "vnni"}[level], fn)
 	}
+	if !ran {
+		t.Skip("no integer kernels on this CPU")
+	}
+}
+
+func testMatVecTInt8(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 8))
 	for _, bits := range []int{4, 8} {
 		for _, group := range []int{32, 64, 128} {
@@ -87,10 +106,9 @@ func TestMatVecTInt8(t *testing.T) {
 // TestMatVecTInt8Edges: a zero x (every lane scale 0) gives exactly the zero product, and a
 // NaN or infinity in x is not rounded away: every output is NaN or infinite, as in the exact
 // product.
-func TestMatVecTInt8Edges(t *testing.T) {
-	if !HasInt8(4) {
-		t.Skip("no AVX-512 VNNI on this CPU")
-	}
+func TestMatVecTInt8Edges(t *testing.T) { forEachInt8Form(t, testMatVecTInt8Edges) }
+
+func testMatVecTInt8Edges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, bits := range []int{4, 8} {
 		w := randomWeights(rng, 8, 256, 64, bits)
@@ -115,12 +133,11 @@ func TestMatVecTInt8Edges(t *testing.T) {
 }
 
 // BenchmarkMatVecInt8 is decoding's product with W streamed from memory, the float kernel
-// (MatMulT, one row) against the 8-bit-activation one, on large and on small models' shapes.
+// (MatMulT, one row) against the 8-bit-activation one, on large and on small models' shapes,
+// at each SIMD level this machine has (AVX2 is what every x86-64 user is expected to have).
 func BenchmarkMatVecInt8(b *testing.B) {
-	if !HasInt8(4) {
-		b.Skip("no AVX-512 VNNI on this CPU")
-	}
 	bw := twoThreadBandwidth()
+	defer limitSIMD(-1)
 	for _, bits := range []int{4, 8} {
 		for _, shape := range [][2]int{{4096, 4096}, {576, 576}, {1536, 576}, {576, 1536}, {1024, 1024}, {3072, 1024}} {
 			N, K := shape[0], shape[1]
@@ -129,23 +146,27 @@ func BenchmarkMatVecInt8(b *testing.B) {
 			for i := range x {
 				x[i] = float32(i%7) - 3
 			}
-			for _, kind := range []string{"float", "int8"} {
-				b.Run(fmt.Sprintf("bits=%d/%dx%d/%s", bits, N, K, kind), func(b *testing.B) {
-					b.SetBytes(w.bytes())
-					i := 0
-					for b.Loop() {
-						p, s, bi := w.copy(i)
-						if kind == "int8" {
-							MatVecTInt8(out, x, K, p, s, bi, N, 64, bits)
-						} else {
-							MatMulT(out, x, 1, K, p, s, bi, N, 64, bits)
+			limitSIMD(-1)
+			for level := simdLevel(); level >= 1; level-- {
+				for _, kind := range []string{"float", "int8"} {
+					b.Run(fmt.Sprintf("bits=%d/%dx%d/%s/%s", bits, N, K, levelNames[level], kind), func(b *testing.B) {
+						limitSIMD(level)
+						b.SetBytes(w.bytes())
+						i := 0
+						for b.Loop() {
+							p, s, bi := w.copy(i)
+							if kind == "int8" {
+								MatVecTInt8(out, x, K, p, s, bi, N, 64, bits)
+							} else {
+								MatMulT(out, x, 1, K, p, s, bi, N, 64, bits)
+							}
+							i++
 						}
-						i++
-					}
-					gbs := float64(b.N) * float64(w.bytes()) / b.Elapsed().Seconds() / 1e9
-					b.ReportMetric(gbs, "GB/s")
-					b.ReportMetric(100*gbs/bw, "%bw2")
-				})
+						gbs := float64(b.N) * float64(w.bytes()) / b.Elapsed().Seconds() / 1e9
+						b.ReportMetric(gbs, "GB/s")
+						b.ReportMetric(100*gbs/bw, "%bw2")
+					})
+				}
 			}
 		}
 	}

@@ -38,15 +38,15 @@ void qmm_gemv_t_batch(const qmm_w *w, const float *xp, const float *xsum, int M,
 void qmm_gemv(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
               float *out, int ldo, float *scratch);
 
-// Decoding's product on 8-bit activations (vnni.c): for 4- and 8-bit W where the CPU has
-// AVX-512 VNNI (qmm_cpu_vnni). qmm_prepare_x_i8 rounds one row x to int8 in the kernel's
-// layout: per chunk of 16 words of a row of W, xq gets 64 bytes (8 bits) or 128 (4 bits),
-// xsl 16 lane scales; xsum gets K/group sums. qmm_gemv_t_i8 sets out[n] = w_n . x for n in
-// [n0, n1), x read as rounded.
+// Decoding's product on 8-bit activations (int8.c) for 4- and 8-bit W, on AVX2, or AVX-512
+// VNNI where the CPU has it (qmm_cpu_vnni) and vnni is set. qmm_prepare_x_i8 rounds one row x
+// to int8 in the kernels' layout: per chunk of 16 words of a row of W, xq gets 64 bytes
+// (8 bits) or 128 (4 bits), xsl 16 lane scales; xsum gets K/group sums. qmm_gemv_t_i8 sets
+// out[n] = w_n . x for n in [n0, n1), x read as rounded.
 int qmm_cpu_vnni(void);
 void qmm_prepare_x_i8(const qmm_w *w, const float *x, int8_t *xq, float *xsl, float *xsum);
 void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
-                   int n0, int n1, float *out);
+                   int n0, int n1, float *out, int vnni);
 
 // Dequantizes rows [n0, n1) of W into dst, row-major with leading dimension K.
 void qmm_dequant(const qmm_w *w, int n0, int n1, float *dst);
