@@ -244,46 +244,38 @@ func BenchmarkCrossover(b *testing.B) {
 
 // BenchmarkMatVecHot runs the matrix-vector kernel on one thread over a W that stays in L2,
 // which measures decoding speed alone: the ceiling the streaming benchmarks approach, per
-// core. It covers each kernel level this machine has.
+// core. It covers each kernel level this machine has, then the 8-bit-activation kernels
+// (i8.go) in each form.
 func BenchmarkMatVecHot(b *testing.B) {
 	const N, K = 128, 4096
 	defer limitSIMD(-1)
-	for level := simdLevel(); level >= 0; level-- {
+	hot := func(name string, level, bits int, kernel func(*weights, []float32) func([]float32)) {
+		b.Run(name, func(b *testing.B) {
+			limitSIMD(level)
+			w := newBenchWeights(N, K, 64, bits)
+			ww := newWeights("bench", w.packed, w.scales, w.biases, N, K, 64, bits)
+			defer ww.close()
+			x, out := make([]float32, K), make([]float32, N)
+			run := kernel(ww, x)
+			b.SetBytes(w.bytes())
+			for b.Loop() {
+				run(out)
+			}
+			b.ReportMetric(float64(b.N)*float64(w.bytes())/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+	top := simdLevel()
+	for level := top; level >= 0; level-- {
 		for _, bits := range []int{2, 4, 8} {
-			b.Run(fmt.Sprintf("%s/bits=%d", levelNames[level], bits), func(b *testing.B) {
-				limitSIMD(level)
-				w := newBenchWeights(N, K, 64, bits)
-				ww := newWeights("bench", w.packed, w.scales, w.biases, N, K, 64, bits)
-				defer ww.close()
-				x, out := make([]float32, K), make([]float32, N)
-				run := kernelOnThisThread(ww, x)
-				b.SetBytes(w.bytes())
-				for b.Loop() {
-					run(out)
-				}
-				b.ReportMetric(float64(b.N)*float64(w.bytes())/b.Elapsed().Seconds()/1e9, "GB/s")
-			})
+			hot(fmt.Sprintf("%s/bits=%d", levelNames[level], bits), level, bits, kernelOnThisThread)
 		}
 	}
-	limitSIMD(-1)
-	for level := simdLevel(); level >= 1; level-- { // the 8-bit-activation kernels (i8.go)
-		limitSIMD(level)
+	for level := top; level >= 1; level-- {
 		if level == 2 && !vnni() {
 			continue
 		}
 		for _, bits := range []int{4, 8} {
-			b.Run(fmt.Sprintf("int8-%s/bits=%d", map[int]string{1: "avx2", 2: "vnni"}[level], bits), func(b *testing.B) {
-				w := newBenchWeights(N, K, 64, bits)
-				ww := newWeights("bench", w.packed, w.scales, w.biases, N, K, 64, bits)
-				defer ww.close()
-				x, out := make([]float32, K), make([]float32, N)
-				run := int8OnThisThread(ww, x)
-				b.SetBytes(w.bytes())
-				for b.Loop() {
-					run(out)
-				}
-				b.ReportMetric(float64(b.N)*float64(w.bytes())/b.Elapsed().Seconds()/1e9, "GB/s")
-			})
+			hot(fmt.Sprintf("int8-%s/bits=%d", map[int]string{1: "avx2", 2: "vnni"}[level], bits), level, bits, int8OnThisThread)
 		}
 	}
 }
