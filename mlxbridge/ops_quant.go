@@ -105,9 +105,9 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 // row (a decode step), is not traced, w is one matrix of 4 or 8 bits, and the
 // backend has integer dot products for it (QuantizedMatMulerA8), x is rounded to
 // int8 with one scale per few values (each value moves by at most 1/254 of the
-// largest magnitude in its aligned block of 8), and
-// multiplied by the packed weights as integers, as llama.cpp multiplies its
-// quantized weights. Anywhere else it is QuantizedMatmul, exactly.
+// largest magnitude in its aligned block of 8) and multiplied by the packed
+// weights as integers, as llama.cpp multiplies its quantized weights. Anywhere
+// else it is QuantizedMatmul, exactly.
 func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array {
 	q, ok := x.b.(QuantizedMatMulerA8)
 	if !ok || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 || len(x.shape) < 1 ||
