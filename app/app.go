@@ -167,6 +167,11 @@ func doctor(e *env, args []string) error {
 		desc = d.Describe()
 	}
 	fmt.Fprintf(stdout, "backend in use: %s\n", desc)
+	if mx.HasQuantizedA8(b, 4) {
+		fmt.Fprintln(stdout, "--int8-decode: runs here (4- and 8-bit models decode on integer dot products)")
+	} else {
+		fmt.Fprintln(stdout, "--int8-decode: no integer kernels on this backend; decoding stays exact")
+	}
 	// A tiny real computation with a known answer and a gradient, so a broken BLAS
 	// or backend shows up here rather than as a strange training curve.
 	x := mx.FromFloat32([]float32{1, 2, 3, 4}, 2, 2)
