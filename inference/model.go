@@ -519,6 +519,36 @@ func (m *Model) Suffix(h *mx.Array, k, from int) *mx.Array {
 	return m.head(mx.SliceAxis(h, 1, from, h.Dim(1)))
 }
 
+// SuffixRows is Suffix for rows of different lengths in one batch: blocks
+// [k, n) over all of h's positions (B, L, hidden; causal, so a row padded at its
+// end reads nothing of the padding), then the head over the listed positions
+// only, rows[i] = b·L + t, returning their logits (len(rows), vocab).
+func (m *Model) SuffixRows(h *mx.Array, k int, rows []int32) *mx.Array {
+	if k < 0 || k > len(m.layers) {
+		return mx.Errorf("inference: suffix from block %d, model has %d", k, len(m.layers))
+	}
+	if err := h.Err(); err != nil {
+		return h
+	}
+	if h.Ndim() != 3 || len(rows) == 0 {
+		return mx.Errorf("inference: suffix of %s at %d positions", h, len(rows))
+	}
+	n := h.Dim(0) * h.Dim(1)
+	for _, r := range rows {
+		if r < 0 || int(r) >= n {
+			return mx.Errorf("inference: suffix of %s at position %d", h, r)
+		}
+	}
+	for _, blk := range m.layers[k:] {
+		if h.Err() != nil {
+			return h
+		}
+		h = blk.Forward(h, nil)
+	}
+	flat := mx.Reshape(h, n, h.Dim(2))
+	return m.head(mx.Take(flat, mx.FromData(m.b, mx.Int32, rows, len(rows)), 0))
+}
+
 // Blocks is the number of transformer blocks.
 func (m *Model) Blocks() int { return len(m.layers) }
 

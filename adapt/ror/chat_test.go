@@ -10,6 +10,9 @@ import (
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/inferencetest"
 	"github.com/inloop/inloop/inference/tokenizer"
+	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/training/optim"
+	"github.com/inloop/inloop/training/trainer"
 )
 
 // chatFixture is the demo model with a tokenizer, and examples made of text.
@@ -221,5 +224,81 @@ func TestChatLearnerSaveAndContinue(t *testing.T) {
 	}
 	if _, err := NewChatFrom(m2, nil, ChatOptions{Rank: 4}, dir); err == nil {
 		t.Error("corrections of another rank were taken")
+	}
+}
+
+// The retrain step's one padded batch (stepBatch) gives the loss and the update
+// of one micro-batch per item, the correction weighing as much as the replay
+// together: checked with SGD, whose update is the gradient itself, on items of
+// three different lengths (so two are padded).
+func TestChatStepBatch(t *testing.T) {
+	ctx := context.Background()
+	m, ex := chatFixture(t)
+	l, err := NewChat(m, nil, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix := l.item(ex("What is a hacker?", "Someone who enjoys exploring the details of programmable systems."))
+	replay := []*chatItem{
+		l.item(ex("Tell me about computers, and about the people who program them late at night, and about the long nights of a hacker.", "They are machines.")),
+		l.item(ex("Why?", "Because programs have bugs, and the bugs have programs of their own.")),
+	}
+	items := append([]*chatItem{fix}, replay...)
+	if err := l.prefix(ctx, items...); err != nil {
+		t.Fatal(err)
+	}
+	if fix.bt.L == replay[0].bt.L || fix.bt.L == replay[1].bt.L || replay[0].bt.L == replay[1].bt.L {
+		t.Fatalf("want three lengths, got %d, %d, %d", fix.bt.L, replay[0].bt.L, replay[1].bt.L)
+	}
+	step := func(batches []trainer.Batch) (float64, map[string][]float32) {
+		st := trainer.Stepper{Bind: trainer.Adapters(l.m), Optimizer: optim.NewSGD(optim.Constant(1))}
+		sr, err := st.Step(ctx, l.current.params, batches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]float32{}
+		for name, a := range sr.Params {
+			v, err := a.Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = v
+		}
+		return sr.Loss, out
+	}
+	one := func(it *chatItem, w float32) trainer.Batch {
+		return trainer.Batch{Weight: w, Tokens: int64(it.bt.L),
+			Loss: func(m *inference.Model, _ map[string]*mx.Array) *mx.Array { return l.loss(m, it) }}
+	}
+	nFix := float32(fix.bt.L - fix.first)
+	before := map[string][]float32{}
+	for name, a := range l.current.params {
+		v, err := a.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[name] = v
+	}
+	for _, rp := range [][]*chatItem{nil, replay} {
+		want := []trainer.Batch{one(fix, nFix)}
+		for _, r := range rp {
+			want = append(want, one(r, nFix/float32(len(rp))))
+		}
+		wl, wp := step(want)
+		gl, gp := step([]trainer.Batch{l.stepBatch(fix, rp)})
+		if math.Abs(gl-wl) > 1e-5*math.Abs(wl) {
+			t.Errorf("%d replay items: loss %g in one batch, %g in micro-batches", len(rp), gl, wl)
+		}
+		var worst, moved float64
+		for name, w := range wp {
+			b := before[name]
+			for i := range w {
+				moved = math.Max(moved, math.Abs(float64(w[i]-b[i])))
+				worst = math.Max(worst, math.Abs(float64(gp[name][i]-w[i])))
+			}
+		}
+		if moved == 0 || worst > 1e-4*moved {
+			t.Errorf("%d replay items: the one batch's update is off by %g, against a largest move of %g", len(rp), worst, moved)
+		}
 	}
 }
