@@ -266,9 +266,15 @@ func TestChatStepBatch(t *testing.T) {
 		}
 		return sr.Loss, out
 	}
-	one := func(it *chatItem, w float32) trainer.Batch {
-		return trainer.Batch{Weight: w, Tokens: int64(it.bt.L),
-			Loss: func(m *inference.Model, _ map[string]*mx.Array) *mx.Array { return l.loss(m, it) }}
+	one := func(it *chatItem, w float32) trainer.Batch { // the item alone: its mean loss over its reply
+		return trainer.Batch{Weight: w, Tokens: int64(it.bt.L), Loss: func(m *inference.Model, _ map[string]*mx.Array) *mx.Array {
+			b, n := m.Backend(), it.bt.L-it.first
+			ones := make([]float32, n)
+			for i := range ones {
+				ones[i] = 1
+			}
+			return mx.CrossEntropyMasked(m.Suffix(it.h, l.cut, it.first), mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], 1, n), mx.FromData(b, mx.Float32, ones, 1, n))
+		}}
 	}
 	nFix := float32(fix.bt.L - fix.first)
 	before := map[string][]float32{}
@@ -299,6 +305,50 @@ func TestChatStepBatch(t *testing.T) {
 		}
 		if moved == 0 || worst > 1e-4*moved {
 			t.Errorf("%d replay items: the one batch's update is off by %g, against a largest move of %g", len(rp), worst, moved)
+		}
+	}
+}
+
+// Scores taken in padded groups (scoreItems) are each item's alone: its reply
+// tokens, their summed loss and how many the model ranks first, over more
+// items than one group holds, of several lengths.
+func TestChatScoreBatch(t *testing.T) {
+	ctx := context.Background()
+	m, ex := chatFixture(t)
+	l, err := NewChat(m, nil, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []*chatItem
+	for i, q := range []string{"What is a hacker?", "Tell me about computers.", "Why do programs have bugs, and who fixes them?", "Hi", "What is a good program?", "Where is the file?"} {
+		items = append(items, l.item(ex(q, fmt.Sprintf("Answer %d: a machine that writes about its own programs.", i))))
+	}
+	got, err := l.scoreItems(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := l.m.Backend()
+	for i, it := range items {
+		logits := l.m.Suffix(it.h, l.cut, it.first) // the item alone
+		k := it.bt.L - it.first
+		ce, err := mx.CrossEntropy(mx.Reshape(logits, k, -1), mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], k)).Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		am, err := mx.ArgMax(logits, -1, false).Int32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want itemScore
+		for j := range k {
+			want.n++
+			want.loss += float64(ce[j])
+			if am[j] == it.bt.Targets[it.first+j] {
+				want.right++
+			}
+		}
+		if g := got[i]; g.n != want.n || g.right != want.right || math.Abs(g.loss-want.loss) > 1e-5*want.loss {
+			t.Errorf("item %d (%d tokens): scored %+v in a group, %+v alone", i, it.bt.L, g, want)
 		}
 	}
 }
