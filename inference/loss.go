@@ -78,23 +78,38 @@ func (m *Model) Loss(tokens, targets, mask *mx.Array, o LossOptions) *mx.Array {
 	if len(rows) < len(weights) {
 		flat = mx.Take(flat, mx.FromData(b, mx.Int32, rows, len(rows)), 0)
 	}
-	chunk := o.ChunkRows
+	return mx.MulScalar(m.chunkedLoss(flat, tgt, w, o.ChunkRows), float32(1/max(total, 1)))
+}
+
+// lossChunk is the chunk of positions Loss takes: chunk, or for 0 about
+// LossChunkBytes of logits.
+func (m *Model) lossChunk(chunk int) int {
 	if chunk == 0 {
 		chunk = max(32, LossChunkBytes/(4*m.cfg.VocabSize))
 	}
+	return chunk
+}
+
+// chunkedLoss is Σ w[i] · cross-entropy(head(x[i]), tgt[i]) over the rows of x
+// (n, hidden), chunk rows at a time (0: about LossChunkBytes of logits), each
+// chunk's head and loss recomputed in the backward pass (mx.CheckpointScalar),
+// so only one chunk's logits are held.
+func (m *Model) chunkedLoss(x *mx.Array, tgt []int32, w []float32, chunk int) *mx.Array {
+	b := m.b
+	chunk = m.lossChunk(chunk)
 	var sum *mx.Array
-	for a := 0; a < len(rows); a += chunk {
-		e := min(a+chunk, len(rows))
+	for a := 0; a < len(tgt); a += chunk {
+		e := min(a+chunk, len(tgt))
 		t := mx.FromData(b, mx.Int32, tgt[a:e], e-a)
 		wt := mx.FromData(b, mx.Float32, w[a:e], e-a)
 		part := mx.CheckpointScalar(func(x *mx.Array) *mx.Array {
 			return mx.Sum(mx.Mul(mx.CrossEntropy(m.head(x), t), wt), nil, false)
-		}, mx.SliceAxis(flat, 0, a, e))
+		}, mx.SliceAxis(x, 0, a, e))
 		if sum == nil {
 			sum = part
 		} else {
 			sum = mx.Add(sum, part)
 		}
 	}
-	return mx.MulScalar(sum, float32(1/max(total, 1)))
+	return sum
 }

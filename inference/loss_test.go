@@ -198,3 +198,53 @@ func liveArrays() int64 {
 	}
 	return last
 }
+
+// SuffixLoss over a padded batch: the weighted sum of the listed positions'
+// cross-entropies, equal to the same over SuffixRows' logits, value and
+// gradient, whether the head runs at once or in chunks of positions.
+func TestSuffixLoss(t *testing.T) {
+	b, _ := mx.Open("cpu")
+	m := NewRandom(tinyConfig("llama"), 5, b)
+	const k = 1
+	tokens, err := m.Tokens(tokenSeq(9, m.cfg.VocabSize, 1), tokenSeq(9, m.cfg.VocabSize, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Prefix(tokens, k)
+	rows := []int32{2, 3, 4, 8, 9 + 5, 9 + 6, 9 + 7}
+	targets := []int32{5, 1, 7, 2, 9, 4, 3}
+	weights := []float32{0.1, 0.2, 0.1, 0.05, 0.3, 0.15, 0.1}
+	grad := func(f func(h *mx.Array) *mx.Array) (float32, []float32) {
+		outs, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array { return []*mx.Array{f(p[0])} }, []*mx.Array{h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return floats(t, outs[0])[0], floats(t, g[0])
+	}
+	want, wg := grad(func(h *mx.Array) *mx.Array {
+		ce := mx.CrossEntropy(m.SuffixRows(h, k, rows), mx.FromData(b, mx.Int32, targets, len(targets)))
+		return mx.Sum(mx.Mul(ce, mx.FromData(b, mx.Float32, weights, len(weights))), nil, false)
+	})
+	for _, chunk := range []int{0, 3} { // at once; in chunks of 3 (and a last of 1)
+		got, gg := grad(func(h *mx.Array) *mx.Array {
+			if chunk == 0 {
+				return m.SuffixLoss(h, k, rows, targets, weights)
+			}
+			return m.chunkedLoss(m.suffixHidden(h, k, rows), targets, weights, chunk)
+		})
+		if d := got - want; d > 1e-5 || d < -1e-5 {
+			t.Errorf("chunk %d: loss %g, want %g", chunk, got, want)
+		}
+		for i := range wg {
+			if d := gg[i] - wg[i]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("chunk %d: gradient [%d] = %g, want %g", chunk, i, gg[i], wg[i])
+			}
+		}
+	}
+	if l := m.SuffixLoss(h, k, rows, targets[:2], weights); l.Err() == nil {
+		t.Error("two targets for seven positions gave no error")
+	}
+	if l := m.SuffixRows(h, k, []int32{18}); l.Err() == nil {
+		t.Error("position 18 of a (2, 9) batch gave no error")
+	}
+}

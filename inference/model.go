@@ -524,6 +524,37 @@ func (m *Model) Suffix(h *mx.Array, k, from int) *mx.Array {
 // end reads nothing of the padding), then the head over the listed positions
 // only, rows[i] = b·L + t, returning their logits (len(rows), vocab).
 func (m *Model) SuffixRows(h *mx.Array, k int, rows []int32) *mx.Array {
+	x := m.suffixHidden(h, k, rows)
+	if x.Err() != nil {
+		return x
+	}
+	return m.head(x)
+}
+
+// SuffixLoss is Σ weights[i] · cross-entropy(logits of rows[i], targets[i])
+// over SuffixRows' positions. Past one chunk of positions (LossChunkBytes of
+// logits) it is computed as Loss computes its own, the head and cross-entropy
+// a chunk at a time, each recomputed in the backward pass, so the logits of
+// every listed position are never held at once; within one chunk it is
+// computed directly (the same peak, without the recomputation).
+func (m *Model) SuffixLoss(h *mx.Array, k int, rows, targets []int32, weights []float32) *mx.Array {
+	if len(targets) != len(rows) || len(weights) != len(rows) {
+		return mx.Errorf("inference: suffix loss of %d positions with %d targets and %d weights", len(rows), len(targets), len(weights))
+	}
+	x := m.suffixHidden(h, k, rows)
+	if x.Err() != nil {
+		return x
+	}
+	if len(rows) <= m.lossChunk(0) {
+		b := m.b
+		ce := mx.CrossEntropy(m.head(x), mx.FromData(b, mx.Int32, targets, len(targets)))
+		return mx.Sum(mx.Mul(ce, mx.FromData(b, mx.Float32, weights, len(weights))), nil, false)
+	}
+	return m.chunkedLoss(x, targets, weights, 0)
+}
+
+// suffixHidden is SuffixRows up to the head: the hidden states of the rows.
+func (m *Model) suffixHidden(h *mx.Array, k int, rows []int32) *mx.Array {
 	if k < 0 || k > len(m.layers) {
 		return mx.Errorf("inference: suffix from block %d, model has %d", k, len(m.layers))
 	}
@@ -546,7 +577,7 @@ func (m *Model) SuffixRows(h *mx.Array, k int, rows []int32) *mx.Array {
 		h = blk.Forward(h, nil)
 	}
 	flat := mx.Reshape(h, n, h.Dim(2))
-	return m.head(mx.Take(flat, mx.FromData(m.b, mx.Int32, rows, len(rows)), 0))
+	return mx.Take(flat, mx.FromData(m.b, mx.Int32, rows, len(rows)), 0)
 }
 
 // Blocks is the number of transformer blocks.

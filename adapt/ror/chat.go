@@ -640,9 +640,7 @@ func (l *ChatLearner) stepBatch(fix *chatItem, replay []*chatItem) trainer.Batch
 		}
 	}
 	return trainer.Batch{Weight: total, Tokens: tokens, Loss: func(m *inference.Model, _ map[string]*mx.Array) *mx.Array {
-		b := m.Backend()
-		ce := mx.CrossEntropy(m.SuffixRows(padded(items, L), l.cut, rows), mx.FromData(b, mx.Int32, targets, len(targets)))
-		return mx.Sum(mx.Mul(ce, mx.FromData(b, mx.Float32, weights, len(weights))), nil, false)
+		return m.SuffixLoss(padded(items, L), l.cut, rows, targets, weights)
 	}}
 }
 
@@ -723,24 +721,25 @@ func (l *ChatLearner) currentAnchor(ctx context.Context) (acc, loss float64, err
 }
 
 // scoreItems scores items under the work fork's weights. Each item's prefix
-// is computed once; a score runs the adapted blocks over groups of
-// scoreGroup items padded into one batch, and the head over their reply
-// positions only; only each position's loss and argmax leave the backend.
+// is computed once; a score runs the adapted blocks over groups of items
+// padded into one batch (as many as fit scoreRows reply positions, at least
+// one), and the head over their reply positions only; only each position's
+// loss and argmax leave the backend.
 func (l *ChatLearner) scoreItems(ctx context.Context, items []*chatItem) ([]itemScore, error) {
 	if err := l.prefix(ctx, items...); err != nil {
 		return nil, err
 	}
 	out := make([]itemScore, len(items))
 	b := l.m.Backend()
-	for g := 0; g < len(items); g += scoreGroup {
+	for g, e := 0, 0; g < len(items); g = e {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		group := items[g:min(g+scoreGroup, len(items))]
-		L := 0
-		for _, it := range group {
-			L = max(L, it.bt.L)
+		L, n := 0, 0
+		for e = g; e < len(items) && (e == g || n+items[e].bt.L-items[e].first <= scoreRows); e++ {
+			L, n = max(L, items[e].bt.L), n+items[e].bt.L-items[e].first
 		}
+		group := items[g:e]
 		rows, targets := replyRows(group, L)
 		logits := l.m.SuffixRows(padded(group, L), l.cut, rows)
 		ce, err := mx.CrossEntropy(logits, mx.FromData(b, mx.Int32, targets, len(targets))).Float32s()
@@ -767,7 +766,7 @@ func (l *ChatLearner) scoreItems(ctx context.Context, items []*chatItem) ([]item
 	return out, nil
 }
 
-// scoreGroup is how many items a score runs through the adapted blocks at
-// once: on Qwen3's 151,936-word vocabulary, four replies of 32 tokens hold
-// 78 MB of logits.
-const scoreGroup = 4
+// scoreRows is how many reply positions a score puts through the head at
+// once: 78 MB of logits on Qwen3's 151,936-word vocabulary (four replies of
+// 32 tokens); a longer reply goes alone, as before groups.
+const scoreRows = 128

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/inloop/inloop/inference"
@@ -310,8 +311,8 @@ func TestChatStepBatch(t *testing.T) {
 }
 
 // Scores taken in padded groups (scoreItems) are each item's alone: its reply
-// tokens, their summed loss and how many the model ranks first, over more
-// items than one group holds, of several lengths.
+// tokens, their summed loss and how many the model ranks first, over items of
+// several lengths that take several groups, one reply longer than a group.
 func TestChatScoreBatch(t *testing.T) {
 	ctx := context.Background()
 	m, ex := chatFixture(t)
@@ -320,8 +321,14 @@ func TestChatScoreBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var items []*chatItem
+	rows := 0
 	for i, q := range []string{"What is a hacker?", "Tell me about computers.", "Why do programs have bugs, and who fixes them?", "Hi", "What is a good program?", "Where is the file?"} {
-		items = append(items, l.item(ex(q, fmt.Sprintf("Answer %d: a machine that writes about its own programs.", i))))
+		reply := fmt.Sprintf("Answer %d: %s", i, strings.Repeat("a machine that writes about its own programs. ", 2+11*(i%3)))
+		it := l.item(ex(q, reply))
+		items, rows = append(items, it), rows+it.bt.L-it.first
+	}
+	if rows <= 2*scoreRows || items[1].bt.L-items[1].first <= scoreRows {
+		t.Fatalf("want several groups and a reply longer than one (%d positions), got %d positions, the longest reply %d", scoreRows, rows, items[1].bt.L-items[1].first)
 	}
 	got, err := l.scoreItems(ctx, items)
 	if err != nil {
