@@ -270,11 +270,12 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 // weights. Off (the default), exactly, as mlx-lm does. On, each step's
 // activations are rounded to int8 and multiplied by the packed weights as
 // integers (mx.QuantizedMatmulA8), as llama.cpp decodes its quantized models:
-// about twice the weights a second where the backend has integer kernels (the cpu
-// backend on x86-64: AVX2, or AVX-512 VNNI), for a small loss of precision
-// (TestInt8DecodePerplexity). Prefill, training and scoring, which multiply many
-// rows at once, stay exact, as does every product on a backend or CPU without
-// such a kernel. Copies made after the call (WithParams, Fork) inherit the choice.
+// about twice the weights a second where the backend has integer kernels (the
+// cpu backend on x86-64: 4 bits with AVX2, 8 bits with AVX-512 VNNI), for a
+// small loss of precision (TestInt8DecodePerplexity). Prefill, training and
+// scoring, which multiply many rows at once, stay exact, as does every product
+// on a backend or CPU without such a kernel. Copies made after the call
+// (WithParams, Fork) inherit the choice.
 func (m *Model) SetInt8Decode(on bool) {
 	m.ad.mu.Lock()
 	defer m.ad.mu.Unlock()

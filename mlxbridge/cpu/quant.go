@@ -32,8 +32,8 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 }
 
 // HasA8 reports whether this CPU has the integer kernels behind
-// mx.QuantizedMatmulA8 for bits-bit weights: 4 and 8 bits on x86-64 with AVX2
-// (AVX-512 VNNI where the CPU has it).
+// mx.QuantizedMatmulA8 for bits-bit weights: 4 bits on x86-64 with AVX2, 8 bits
+// with AVX-512 VNNI.
 func (be *Backend) HasA8(bits int) bool { return qmm.HasInt8(bits) }
 
 // QuantizedMatMulA8 runs qmm's 8-bit-activation kernel, where the CPU has one for

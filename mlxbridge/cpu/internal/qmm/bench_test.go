@@ -275,6 +275,9 @@ func BenchmarkMatVecHot(b *testing.B) {
 			continue
 		}
 		for _, bits := range []int{4, 8} {
+			if limitSIMD(level); !HasInt8(bits) {
+				continue
+			}
 			hot(fmt.Sprintf("int8-%s/bits=%d", map[int]string{1: "avx2", 2: "vnni"}[level], bits), level, bits, int8OnThisThread)
 		}
 	}

@@ -11,10 +11,19 @@ import (
 	"unsafe"
 )
 
-// HasInt8 reports whether MatVecTInt8 runs for bits-bit weights on this CPU: 4 and 8 bits
-// on x86-64 with AVX2 (AVX-512 VNNI where the CPU has it), unless limitSIMD caps the kernels
-// below AVX2.
-func HasInt8(bits int) bool { return (bits == 4 || bits == 8) && simdLevel() >= 1 }
+// HasInt8 reports whether MatVecTInt8 runs for bits-bit weights on this CPU: 4 bits on
+// x86-64 with AVX2, and 8 bits too with AVX-512 VNNI (on AVX2 the float kernel already streams
+// 8-bit weights at the memory's speed: BenchmarkMatVecInt8), unless limitSIMD caps the kernels
+// below that.
+func HasInt8(bits int) bool {
+	switch bits {
+	case 4:
+		return simdLevel() >= 1
+	case 8:
+		return useVNNI() == 1
+	}
+	return false
+}
 
 // useVNNI reports whether the AVX-512 VNNI form runs (else the AVX2 one).
 func useVNNI() C.int {

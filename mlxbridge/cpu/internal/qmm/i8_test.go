@@ -63,8 +63,14 @@ func forEachInt8Form(t *testing.T, fn func(t *testing.T)) {
 }
 
 func testMatVecTInt8(t *testing.T) {
+	if simdLevel() == 1 && MatVecTInt8(make([]float32, 1), make([]float32, 64), 64, make([]uint32, 16), make([]float32, 1), make([]float32, 1), 1, 64, 8) {
+		t.Error("8-bit weights took the integer kernel on AVX2, where it buys no time")
+	}
 	rng := rand.New(rand.NewPCG(3, 8))
 	for _, bits := range []int{4, 8} {
+		if !HasInt8(bits) {
+			continue // 8 bits on AVX2
+		}
 		for _, group := range []int{32, 64, 128} {
 			for _, shape := range [][2]int{{1, group}, {5, 128}, {4, 576}, {37, 1152}, {9, 1088}, {130, 384}} {
 				N, K := shape[0], shape[1]
@@ -111,6 +117,9 @@ func TestMatVecTInt8Edges(t *testing.T) { forEachInt8Form(t, testMatVecTInt8Edge
 func testMatVecTInt8Edges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, bits := range []int{4, 8} {
+		if !HasInt8(bits) {
+			continue
+		}
 		w := randomWeights(rng, 8, 256, 64, bits)
 		out := randomFloats(rng, 8)
 		MatVecTInt8(out, make([]float32, 256), 256, w.packed, w.scales, w.biases, 8, 64, bits)
@@ -151,6 +160,9 @@ func BenchmarkMatVecInt8(b *testing.B) {
 				for _, kind := range []string{"float", "int8"} {
 					b.Run(fmt.Sprintf("bits=%d/%dx%d/%s/%s", bits, N, K, levelNames[level], kind), func(b *testing.B) {
 						limitSIMD(level)
+						if kind == "int8" && !HasInt8(bits) {
+							b.Skip("no integer kernel for these weights at this level")
+						}
 						b.SetBytes(w.bytes())
 						i := 0
 						for b.Loop() {

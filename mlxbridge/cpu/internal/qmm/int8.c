@@ -2,7 +2,8 @@
 // place of widening every weight to float32. The float kernels spend about three vector
 // operations on every lane of weights (mask, convert, multiply-add) and are bound by that, not
 // by memory; integer multiply-adds take four or eight weights a lane at once. Two forms: AVX-512
-// VNNI (vnni.c) and AVX2 (here), which every x86-64 CPU since 2013 has.
+// VNNI (vnni.c), for 4 and 8 bits, and AVX2 (here), which every x86-64 CPU since 2013 has, for
+// 4 bits.
 //
 // x is rounded to int8 with one scale per lane: the 32/bits values a 32-bit lane of packed
 // weights covers (8 at 4 bits, 4 at 8), so an outlier spoils only its own few neighbours. Per
@@ -85,54 +86,39 @@ TARGET_AVX2 void qmm_prepare_x_i8(const qmm_w *w, const float *x, int8_t *xq, fl
 void qmm_gemv_t_i8_vnni(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
                         int n0, int n1, float *out);
 
-// Σ q·x of one lane set (8 lanes, half a prepared chunk) of one row, as int32 per lane. At 4
-// bits vpmaddubsw multiplies the nibbles (0..15) by x in pairs (at most 2·15·127 a pair, no
-// saturation) and the two halves add in 16 bits (at most 7,620); at 8 bits q - 128 is signed,
-// so |q - 128| times x with its sign moved over stays within 16 bits (2·128·127), and 128·Σx
-// is added back (x128).
-TARGET_AVX2 INLINE __m256i lanes_i8(__m256i v, __m256i x0, __m256i x1, __m256i x128, int bits) {
-	const __m256i ones = _mm256_set1_epi16(1);
-	if (bits == 4) {
-		const __m256i low = _mm256_set1_epi8(0x0f);
-		__m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, low), x0),
-		                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), x1));
-		return _mm256_madd_epi16(p, ones);
-	}
-	__m256i s = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)); // q - 128 as int8
-	__m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x0, s));
-	return _mm256_add_epi32(_mm256_madd_epi16(p, ones), x128);
-}
-
-// R rows of W from row n, on AVX2: each prepared chunk in two halves of 8 words.
-#define I8AVX2(BITS, R)                                                                        \
-	TARGET_AVX2 static void i8avx2_##BITS##_##R(const qmm_w *w, const int8_t *xq, const float *xsl, \
-	                                            const float *xsum, int n, float *out) {       \
-		enum { S = 32 / BITS, V = 16 * S, H = 8 * S, XB = BITS == 4 ? 128 : 64 };             \
-		int K = w->K, gs = w->group, G = K / gs, words = K * BITS / 32, nc = (K + V - 1) / V;  \
+// R rows of 4-bit W from row n, on AVX2: each prepared chunk in two halves of 8 words. For a
+// lane set (8 lanes), vpmaddubsw multiplies the nibbles (0..15) by x in pairs (at most
+// 2·15·127 a pair, no saturation) and the two halves add in 16 bits (at most 7,620). (At 8 bits
+// the AVX2 float kernel already streams at the memory's speed, so integers buy no time there
+// for the precision they cost; HasInt8 does not offer them.)
+#define I8AVX2(R)                                                                              \
+	TARGET_AVX2 static void i8avx2_4_##R(const qmm_w *w, const int8_t *xq, const float *xsl,  \
+	                                     const float *xsum, int n, float *out) {              \
+		enum { S = 8, V = 128, H = 64 };                                                       \
+		int K = w->K, gs = w->group, G = K / gs, words = K / 8, nc = (K + V - 1) / V;          \
 		int gshift = __builtin_ctz(gs), gpc = H > gs ? H >> gshift : 1; /* groups per half */  \
 		__m256i idx = _mm256_srli_epi32(_mm256_setr_epi32(0, S, 2 * S, 3 * S, 4 * S, 5 * S, 6 * S, 7 * S), gshift); \
-		const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);              \
-		const char *ahead = pf_start(w, n, R, words, PF_DIST(BITS));                          \
+		const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);              \
+		const char *ahead = pf_start(w, n, R, words, PF_DIST(4));                             \
 		pf_groups(w, n, R, G);                                                                 \
 		__m256 tot[R];                                                                         \
 		for (int r = 0; r < R; r++) tot[r] = _mm256_setzero_ps();                              \
 		for (int c = 0; c < nc; c++) {                                                         \
-			pf_chunk(ahead, c, R * 64, BITS == 8);                                             \
+			pf_chunk(ahead, c, R * 64, 0);                                                     \
 			for (int h = 0; h < 2; h++) {                                                      \
 				int left = words - 16 * c - 8 * h;                                             \
 				if (left <= 0) break;                                                          \
 				int g0 = (c * V + h * H) >> gshift, ng = G - g0 < gpc ? G - g0 : gpc;          \
 				__m256 xs = _mm256_loadu_ps(xsl + 16 * c + 8 * h);                             \
-				const int8_t *xc = xq + (long)c * XB + 32 * h;                                 \
-				__m256i x0 = _mm256_loadu_si256((const __m256i *)xc), x1 = x0, x128 = x0;      \
-				if (BITS == 4)                                                                 \
-					x1 = _mm256_loadu_si256((const __m256i *)(xc + 64));                       \
-				else /* 128 times each lane's sum of x */                                      \
-					x128 = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x0), ones16), 7); \
+				const int8_t *xc = xq + (long)c * 128 + 32 * h;                                \
+				__m256i x0 = _mm256_loadu_si256((const __m256i *)xc);                          \
+				__m256i x1 = _mm256_loadu_si256((const __m256i *)(xc + 64));                   \
 				for (int r = 0; r < R; r++) {                                                  \
 					const uint32_t *p = w->packed + (long)(n + r) * words + 16 * c + 8 * h;    \
 					__m256i v = left >= 8 ? _mm256_loadu_si256((const __m256i *)p) : load_partial(p, left); \
-					__m256i acc = lanes_i8(v, x0, x1, x128, BITS);                             \
+					__m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, low), x0), \
+					    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), x1)); \
+					__m256i acc = _mm256_madd_epi16(pr, ones);                                 \
 					__m256 sv = chunk_scales(w->scales + (long)(n + r) * G + g0, gpc, ng, idx); \
 					tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sv, xs), tot[r]); \
 				}                                                                              \
@@ -142,10 +128,8 @@ TARGET_AVX2 INLINE __m256i lanes_i8(__m256i v, __m256i x0, __m256i x1, __m256i x
 			out[n + r] = hsum(tot[r]) + dot_avx2(w->biases + (long)(n + r) * G, xsum, G);      \
 	}
 
-I8AVX2(4, 4)
-I8AVX2(4, 1)
-I8AVX2(8, 4)
-I8AVX2(8, 1)
+I8AVX2(4)
+I8AVX2(1)
 
 void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
                    int n0, int n1, float *out, int vnni) {
@@ -153,15 +137,10 @@ void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const flo
 		qmm_gemv_t_i8_vnni(w, xq, xsl, xsum, n0, n1, out);
 		return;
 	}
-	int n = n0, words = w->K * w->bits / 32;
-	pf_first(w, n0, 4, words, w->K / w->group, PF_DIST(w->bits));
-	if (w->bits == 4) {
-		for (; n + 4 <= n1; n += 4) i8avx2_4_4(w, xq, xsl, xsum, n, out);
-		for (; n < n1; n++) i8avx2_4_1(w, xq, xsl, xsum, n, out);
-	} else {
-		for (; n + 4 <= n1; n += 4) i8avx2_8_4(w, xq, xsl, xsum, n, out);
-		for (; n < n1; n++) i8avx2_8_1(w, xq, xsl, xsum, n, out);
-	}
+	int n = n0, words = w->K / 8; // 4 bits: HasInt8 offers AVX2 nothing else
+	pf_first(w, n0, 4, words, w->K / w->group, PF_DIST(4));
+	for (; n + 4 <= n1; n += 4) i8avx2_4_4(w, xq, xsl, xsum, n, out);
+	for (; n < n1; n++) i8avx2_4_1(w, xq, xsl, xsum, n, out);
 }
 #else
 int qmm_cpu_vnni(void) { return 0; }
