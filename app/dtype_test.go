@@ -91,6 +91,13 @@ func TestInt8DecodeFlag(t *testing.T) {
 		if code := Run(ctx, args, strings.NewReader("hi\n/exit\n"), &out, &errb); code != 0 {
 			t.Errorf("%v exited %d: %s", cmd, code, errb.String())
 		}
+		if b, _ := mx.Open("cpu"); mx.HasQuantizedA8(b, 4) && !strings.Contains(errb.String(), "tok/s (int8)") {
+			t.Errorf("%v: the stats line does not say the decode ran on 8-bit activations:\n%s", cmd, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := Run(ctx, []string{"generate", "--prompt", "hello", "--max-tokens", "3", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}, strings.NewReader(""), &out, &errb); code != 0 || strings.Contains(errb.String(), "(int8)") {
+		t.Errorf("generate without --int8-decode: exit %d, stats %s", code, errb.String())
 	}
 	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Decode: true})
 	if err != nil {

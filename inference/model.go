@@ -296,6 +296,27 @@ func (m *Model) markInt8(_ string, f reflect.Value) error {
 	return nil
 }
 
+// decodesInt8 reports whether a decode step takes the integer kernels: the
+// choice is on and some quantized layer has bits the backend multiplies so.
+func (m *Model) decodesInt8() bool {
+	m.ad.mu.RLock()
+	defer m.ad.mu.RUnlock()
+	if !m.int8Decode {
+		return false
+	}
+	found := false
+	_ = m.forEachModule(func(_ string, mod any) error {
+		switch l := mod.(type) {
+		case *Linear:
+			found = found || l.quantized() && mx.HasQuantizedA8(m.b, l.Bits)
+		case *Embedding:
+			found = found || m.LMHead == nil && l.quantized() && mx.HasQuantizedA8(m.b, l.Bits)
+		}
+		return nil
+	})
+	return found
+}
+
 // Int8Decode reports SetInt8Decode's choice.
 func (m *Model) Int8Decode() bool {
 	m.ad.mu.RLock()

@@ -507,7 +507,11 @@ func messageBubble(who, text string) fyne.CanvasObject {
 }
 
 func replyStats(st app.ReplyStats) string {
-	return fmt.Sprintf("%d tokens · first token %d ms · %.1f tok/s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.DecodeTPS, stopText(st.StopReason))
+	int8 := ""
+	if st.Int8Decode {
+		int8 = " on 8-bit activations"
+	}
+	return fmt.Sprintf("%d tokens · first token %d ms · %.1f tok/s%s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.DecodeTPS, int8, stopText(st.StopReason))
 }
 
 func stopText(reason string) string {

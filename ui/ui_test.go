@@ -397,6 +397,10 @@ func TestChatInt8DecodeChoice(t *testing.T) {
 	if u.ws.Int8Decode() {
 		t.Error("unticking the box left 8-bit activations on")
 	}
+	// A reply's line says which way it was decoded.
+	if on, off := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Decode: true}), replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50}); !strings.Contains(on, "8-bit activations") || strings.Contains(off, "8-bit") {
+		t.Errorf("reply lines %q (int8) and %q (exact)", on, off)
+	}
 }
 
 // The Train screen's estimate says when memory is short enough that blocks will be
