@@ -273,9 +273,10 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 // about twice the weights a second where the backend has integer kernels (the
 // cpu backend on x86-64: 4 bits with AVX2, 8 bits with AVX-512 VNNI), for a
 // small loss of precision (TestInt8DecodePerplexity). Prefill, training and
-// scoring, which multiply many rows at once, stay exact, as does every product
-// on a backend or CPU without such a kernel. Copies made after the call
-// (WithParams, Fork) inherit the choice.
+// scoring, which multiply many rows at once, stay exact (all but a prefill's
+// output projection for its last position, a single row), as does every
+// product on a backend or CPU without such a kernel. Copies made after the
+// call (WithParams, Fork) inherit the choice.
 func (m *Model) SetInt8Decode(on bool) {
 	m.ad.mu.Lock()
 	defer m.ad.mu.Unlock()
