@@ -81,6 +81,16 @@ func (m *Model) Loss(tokens, targets, mask *mx.Array, o LossOptions) *mx.Array {
 	return mx.MulScalar(m.chunkedLoss(flat, tgt, w, o.ChunkRows), float32(1/max(total, 1)))
 }
 
+// weightedCE is Σ wt[i] · cross-entropy(head(x[i]), t[i]) over the rows of x.
+func (m *Model) weightedCE(x, t, wt *mx.Array) *mx.Array {
+	return mx.Sum(mx.Mul(mx.CrossEntropy(m.head(x), t), wt), nil, false)
+}
+
+// targets are tgt and w as arrays for weightedCE.
+func (m *Model) targets(tgt []int32, w []float32) (t, wt *mx.Array) {
+	return mx.FromData(m.b, mx.Int32, tgt, len(tgt)), mx.FromData(m.b, mx.Float32, w, len(w))
+}
+
 // lossChunk is the chunk of positions Loss takes: chunk, or for 0 about
 // LossChunkBytes of logits.
 func (m *Model) lossChunk(chunk int) int {
@@ -95,16 +105,12 @@ func (m *Model) lossChunk(chunk int) int {
 // chunk's head and loss recomputed in the backward pass (mx.CheckpointScalar),
 // so only one chunk's logits are held.
 func (m *Model) chunkedLoss(x *mx.Array, tgt []int32, w []float32, chunk int) *mx.Array {
-	b := m.b
 	chunk = m.lossChunk(chunk)
 	var sum *mx.Array
 	for a := 0; a < len(tgt); a += chunk {
 		e := min(a+chunk, len(tgt))
-		t := mx.FromData(b, mx.Int32, tgt[a:e], e-a)
-		wt := mx.FromData(b, mx.Float32, w[a:e], e-a)
-		part := mx.CheckpointScalar(func(x *mx.Array) *mx.Array {
-			return mx.Sum(mx.Mul(mx.CrossEntropy(m.head(x), t), wt), nil, false)
-		}, mx.SliceAxis(x, 0, a, e))
+		t, wt := m.targets(tgt[a:e], w[a:e])
+		part := mx.CheckpointScalar(func(x *mx.Array) *mx.Array { return m.weightedCE(x, t, wt) }, mx.SliceAxis(x, 0, a, e))
 		if sum == nil {
 			sum = part
 		} else {

@@ -281,20 +281,20 @@ func (m *Model) SetInt8Decode(on bool) {
 	m.ad.mu.Lock()
 	defer m.ad.mu.Unlock()
 	m.int8Decode = on
-	walk("", reflect.ValueOf(m), m.markInt8)
-	for _, l := range m.layers {
-		walk("", reflect.ValueOf(l), m.markInt8)
-	}
+	m.markInt8()
 }
 
-func (m *Model) markInt8(_ string, f reflect.Value) error {
-	switch l := f.Interface().(type) {
-	case *Linear:
-		l.int8.Store(m.int8Decode)
-	case *Embedding:
-		l.int8.Store(m.int8Decode)
-	}
-	return nil
+// markInt8 gives every linear layer and the embedding m's int8Decode.
+func (m *Model) markInt8() {
+	_ = m.forEachModule(func(_ string, mod any) error {
+		switch l := mod.(type) {
+		case *Linear:
+			l.int8.Store(m.int8Decode)
+		case *Embedding:
+			l.int8.Store(m.int8Decode)
+		}
+		return nil
+	})
 }
 
 // decodesInt8 reports whether a decode step takes the integer kernels: the
@@ -384,10 +384,7 @@ func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
 	// table under float32 activations (LoadOptions.DType).
 	cp.Embed.dtype = m.Embed.dtype
 	cp.int8Decode = m.int8Decode
-	walk("", reflect.ValueOf(cp), cp.markInt8)
-	for _, l := range cp.layers {
-		walk("", reflect.ValueOf(l), cp.markInt8)
-	}
+	cp.markInt8()
 	// Adapters are not weights of the base model; they ride along unchanged.
 	st := m.adapterState()
 	cp.ad.keep, cp.ad.history = 0, nil
@@ -569,9 +566,8 @@ func (m *Model) SuffixLoss(h *mx.Array, k int, rows, targets []int32, weights []
 		return x
 	}
 	if len(rows) <= m.lossChunk(0) {
-		b := m.b
-		ce := mx.CrossEntropy(m.head(x), mx.FromData(b, mx.Int32, targets, len(targets)))
-		return mx.Sum(mx.Mul(ce, mx.FromData(b, mx.Float32, weights, len(weights))), nil, false)
+		t, wt := m.targets(targets, weights)
+		return m.weightedCE(x, t, wt)
 	}
 	return m.chunkedLoss(x, targets, weights, 0)
 }
