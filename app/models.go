@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mx "github.com/inloop/inloop/mlxbridge"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/inloop/inloop/inference"
 	"github.com/inloop/inloop/inference/hub"
+	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/store"
 )
 

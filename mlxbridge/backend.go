@@ -153,11 +153,10 @@ type (
 		QuantizedMatMul(x, w, scales, biases *Array, transpose bool, groupSize, bits int, out []int) (Handle, error)
 	}
 	// QuantizedMatMulerA8 computes x @ dequant(w).T for one row x with x rounded to
-	// 8 bits and integer dot products (QuantizedMatmulA8); ok is false, and nothing
-	// done, where it has no such kernel for these weights.
+	// 8 bits and integer dot products (QuantizedMatmulA8), for the bit widths HasA8
+	// reports it has a kernel for.
 	QuantizedMatMulerA8 interface {
-		QuantizedMatMulA8(x, w, scales, biases *Array, groupSize, bits int, out []int) (h Handle, ok bool, err error)
-		// HasA8 reports whether it has such a kernel for bits-bit weights.
+		QuantizedMatMulA8(x, w, scales, biases *Array, groupSize, bits int, out []int) (Handle, error)
 		HasA8(bits int) bool
 	}
 	// Dequantizer unpacks w = scale·q + bias on the device, in the scales' dtype

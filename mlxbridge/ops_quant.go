@@ -109,9 +109,8 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 // weights as integers, as llama.cpp multiplies its quantized weights. Anywhere
 // else it is QuantizedMatmul, exactly.
 func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array {
-	q, ok := x.b.(QuantizedMatMulerA8)
-	if !ok || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 || len(x.shape) < 1 ||
-		x.Size() != x.shape[len(x.shape)-1] || (bits != 4 && bits != 8) {
+	if !HasQuantizedA8(x.b, bits) || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 ||
+		len(x.shape) < 1 || x.Size() != x.shape[len(x.shape)-1] {
 		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
 	}
 	_, k, e := quantShape("quantized_matmul", w, scales, biases, groupSize, bits)
@@ -119,10 +118,7 @@ func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array 
 		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits) // which says what is wrong
 	}
 	out := append(clone(x.shape[:len(x.shape)-1]), w.shape[0])
-	h, ok, err := q.QuantizedMatMulA8(x, w, scales, biases, groupSize, bits, out)
-	if !ok {
-		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
-	}
+	h, err := x.b.(QuantizedMatMulerA8).QuantizedMatMulA8(x, w, scales, biases, groupSize, bits, out)
 	keepAlive(x, w, scales, biases)
 	return newArray("quantized_matmul_a8", x.b, h, err, out, x.dtype)
 }

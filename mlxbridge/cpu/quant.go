@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"fmt"
+
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/qmm"
 )
@@ -36,16 +38,16 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 // with AVX-512 VNNI.
 func (be *Backend) HasA8(bits int) bool { return qmm.HasInt8(bits) }
 
-// QuantizedMatMulA8 runs qmm's 8-bit-activation kernel, where the CPU has one for
-// these weights.
-func (be *Backend) QuantizedMatMulA8(x, w, scales, biases *mx.Array, groupSize, bits int, out []int) (mx.Handle, bool, error) {
+// QuantizedMatMulA8 runs qmm's 8-bit-activation kernel (mx.QuantizedMatmulA8 asks
+// HasA8 first).
+func (be *Backend) QuantizedMatMulA8(x, w, scales, biases *mx.Array, groupSize, bits int, out []int) (mx.Handle, error) {
 	if !qmm.HasInt8(bits) {
-		return nil, false, nil
+		return nil, fmt.Errorf("quantized_matmul_a8: no integer kernel for %d-bit weights on this CPU", bits)
 	}
 	ws := w.Shape()
 	n, k := ws[0], ws[1]*32/bits
 	res := newF(n)
 	qmm.MatVecTInt8(res, h(x).f, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
 	roundTo(x.DType(), res)
-	return fbuf(res), true, nil
+	return fbuf(res), nil
 }
