@@ -533,6 +533,9 @@ type chatItem struct {
 	score *itemScore // an anchor's, under the version it names
 }
 
+// replyLen is how many reply positions it learns (and is scored on).
+func (it *chatItem) replyLen() int { return it.bt.L - it.first }
+
 // item lays ex out: the conversation cut to its last MaxTokens tokens, the
 // reply's tokens learned.
 func (l *ChatLearner) item(ex ChatExample) *chatItem {
@@ -623,7 +626,7 @@ func (l *ChatLearner) stepBatch(fix *chatItem, replay []*chatItem) trainer.Batch
 		L, tokens = max(L, it.bt.L), tokens+int64(it.bt.L)
 	}
 	rows, targets := replyRows(items, L)
-	nFix := float32(fix.bt.L - fix.first)
+	nFix := float32(fix.replyLen())
 	total := nFix
 	if len(replay) > 0 {
 		total = 2 * nFix
@@ -634,7 +637,7 @@ func (l *ChatLearner) stepBatch(fix *chatItem, replay []*chatItem) trainer.Batch
 		if b > 0 {
 			share = nFix / float32(len(replay))
 		}
-		n := it.bt.L - it.first
+		n := it.replyLen()
 		for range n {
 			weights = append(weights, share/(float32(n)*total))
 		}
@@ -736,8 +739,8 @@ func (l *ChatLearner) scoreItems(ctx context.Context, items []*chatItem) ([]item
 			return nil, err
 		}
 		L, n := 0, 0
-		for e = g; e < len(items) && (e == g || n+items[e].bt.L-items[e].first <= scoreRows); e++ {
-			L, n = max(L, items[e].bt.L), n+items[e].bt.L-items[e].first
+		for e = g; e < len(items) && (e == g || n+items[e].replyLen() <= scoreRows); e++ {
+			L, n = max(L, items[e].bt.L), n+items[e].replyLen()
 		}
 		group := items[g:e]
 		rows, targets := replyRows(group, L)
@@ -753,7 +756,7 @@ func (l *ChatLearner) scoreItems(ctx context.Context, items []*chatItem) ([]item
 		i := 0
 		for j, it := range group {
 			s := &out[g+j]
-			for range it.bt.L - it.first {
+			for range it.replyLen() {
 				s.n++
 				s.loss += float64(ce[i])
 				if got[i] == targets[i] {

@@ -27,6 +27,17 @@ func chatFixture(t *testing.T) (*inference.Model, func(prompt, reply string) Cha
 	}
 }
 
+// chatLearner is a learner on the demo model, and chatFixture's examples.
+func chatLearner(t *testing.T, opts ChatOptions) (*ChatLearner, func(prompt, reply string) ChatExample) {
+	t.Helper()
+	m, ex := chatFixture(t)
+	l, err := NewChat(m, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, ex
+}
+
 func encode(t *testing.T, tok *tokenizer.Tokenizer, s string) []int {
 	t.Helper()
 	ids, err := tok.Encode(s, false)
@@ -157,11 +168,7 @@ func TestChatLearner(t *testing.T) {
 // prefixes, and a confirmation scores only the new anchor.
 func TestChatLearnerStaysBounded(t *testing.T) {
 	ctx := context.Background()
-	m, ex := chatFixture(t)
-	l, err := NewChat(m, nil, ChatOptions{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, ex := chatLearner(t, ChatOptions{Seed: 1})
 	for i := range 3 * maxAnchors {
 		e := ex(fmt.Sprintf("User: question %d about the build?\nAssistant:", i), " The hacker fixed it.")
 		if _, err := l.ThumbUp(ctx, e, 0.6); err != nil {
@@ -234,11 +241,7 @@ func TestChatLearnerSaveAndContinue(t *testing.T) {
 // three different lengths (so two are padded).
 func TestChatStepBatch(t *testing.T) {
 	ctx := context.Background()
-	m, ex := chatFixture(t)
-	l, err := NewChat(m, nil, ChatOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, ex := chatLearner(t, ChatOptions{})
 	fix := l.item(ex("What is a hacker?", "Someone who enjoys exploring the details of programmable systems."))
 	replay := []*chatItem{
 		l.item(ex("Tell me about computers, and about the people who program them late at night, and about the long nights of a hacker.", "They are machines.")),
@@ -269,7 +272,7 @@ func TestChatStepBatch(t *testing.T) {
 	}
 	one := func(it *chatItem, w float32) trainer.Batch { // the item alone: its mean loss over its reply
 		return trainer.Batch{Weight: w, Tokens: int64(it.bt.L), Loss: func(m *inference.Model, _ map[string]*mx.Array) *mx.Array {
-			b, n := m.Backend(), it.bt.L-it.first
+			b, n := m.Backend(), it.replyLen()
 			ones := make([]float32, n)
 			for i := range ones {
 				ones[i] = 1
@@ -277,7 +280,7 @@ func TestChatStepBatch(t *testing.T) {
 			return mx.CrossEntropyMasked(m.Suffix(it.h, l.cut, it.first), mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], 1, n), mx.FromData(b, mx.Float32, ones, 1, n))
 		}}
 	}
-	nFix := float32(fix.bt.L - fix.first)
+	nFix := float32(fix.replyLen())
 	before := map[string][]float32{}
 	for name, a := range l.current.params {
 		v, err := a.Float32s()
@@ -315,20 +318,16 @@ func TestChatStepBatch(t *testing.T) {
 // several lengths that take several groups, one reply longer than a group.
 func TestChatScoreBatch(t *testing.T) {
 	ctx := context.Background()
-	m, ex := chatFixture(t)
-	l, err := NewChat(m, nil, ChatOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, ex := chatLearner(t, ChatOptions{})
 	var items []*chatItem
 	rows := 0
 	for i, q := range []string{"What is a hacker?", "Tell me about computers.", "Why do programs have bugs, and who fixes them?", "Hi", "What is a good program?", "Where is the file?"} {
 		reply := fmt.Sprintf("Answer %d: %s", i, strings.Repeat("a machine that writes about its own programs. ", 2+11*(i%3)))
 		it := l.item(ex(q, reply))
-		items, rows = append(items, it), rows+it.bt.L-it.first
+		items, rows = append(items, it), rows+it.replyLen()
 	}
-	if rows <= 2*scoreRows || items[1].bt.L-items[1].first <= scoreRows {
-		t.Fatalf("want several groups and a reply longer than one (%d positions), got %d positions, the longest reply %d", scoreRows, rows, items[1].bt.L-items[1].first)
+	if rows <= 2*scoreRows || items[1].replyLen() <= scoreRows {
+		t.Fatalf("want several groups and a reply longer than one (%d positions), got %d positions, the longest reply %d", scoreRows, rows, items[1].replyLen())
 	}
 	got, err := l.scoreItems(ctx, items)
 	if err != nil {
@@ -337,7 +336,7 @@ func TestChatScoreBatch(t *testing.T) {
 	b := l.m.Backend()
 	for i, it := range items {
 		logits := l.m.Suffix(it.h, l.cut, it.first) // the item alone
-		k := it.bt.L - it.first
+		k := it.replyLen()
 		ce, err := mx.CrossEntropy(mx.Reshape(logits, k, -1), mx.FromData(b, mx.Int32, it.bt.Targets[it.first:], k)).Float32s()
 		if err != nil {
 			t.Fatal(err)

@@ -16,12 +16,9 @@
 
 #ifdef QMM_X86
 #include <immintrin.h>
-#include <string.h>
 
 #include "avx2.h"
 #include "prefetch_x86.h"
-
-#define INLINE static inline __attribute__((always_inline))
 
 int qmm_cpu_vnni(void) {
 	__builtin_cpu_init();

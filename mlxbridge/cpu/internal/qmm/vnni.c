@@ -5,7 +5,6 @@
 
 #ifdef QMM_X86
 #include <immintrin.h>
-#include <string.h>
 
 #include "avx512.h"
 #include "prefetch_x86.h"
