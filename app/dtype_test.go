@@ -74,7 +74,7 @@ func TestDTypeFlag(t *testing.T) {
 
 // --int8-decode reaches generate and chat, and the Workspace loads models with the
 // choice it was opened with or last set; SetDType keeps it, and SetInt8Decode
-// switches models already loaded.
+// switches models already loaded and the copies open chats hold.
 func TestInt8DecodeFlag(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "demo-q4")
@@ -117,8 +117,10 @@ func TestInt8DecodeFlag(t *testing.T) {
 	if m, _, _ := w.SharedModel(ctx, dir); !m.Int8Decode() {
 		t.Error("SetDType dropped Int8Decode")
 	}
+	m, _, _ = w.SharedModel(ctx, dir)
+	fork := m.Fork() // as an open chat holds
 	w.SetInt8Decode(false)
-	if m, _, _ := w.SharedModel(ctx, dir); m.Int8Decode() || w.Int8Decode() {
-		t.Error("SetInt8Decode(false) left a loaded model on 8-bit activations")
+	if m.Int8Decode() || fork.Int8Decode() || w.Int8Decode() {
+		t.Errorf("SetInt8Decode(false) left a loaded model (%v) or an open chat's copy of it (%v) on 8-bit activations", m.Int8Decode(), fork.Int8Decode())
 	}
 }

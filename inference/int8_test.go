@@ -15,13 +15,19 @@ import (
 // backend, with the held-out text of heldOut.
 func quantizedDemo(t testing.TB, bits int) (*inference.Model, []int) {
 	t.Helper()
+	m, _ := inferencetest.Load(t, quantizedDemoDir(t, bits))
+	_, ids := heldOut(t)
+	return m, ids
+}
+
+// quantizedDemoDir is the folder of the demo model quantized to bits (group 64).
+func quantizedDemoDir(t testing.TB, bits int) string {
+	t.Helper()
 	dst := filepath.Join(t.TempDir(), fmt.Sprintf("demo-q%d", bits))
 	if _, err := inference.QuantizeModel(inferencetest.Demo(t), dst, bits, 64); err != nil {
 		t.Fatal(err)
 	}
-	m, _ := inferencetest.Load(t, dst)
-	_, ids := heldOut(t)
-	return m, ids
+	return dst
 }
 
 func logits(t testing.TB, f func() ([]float32, error)) []float32 {
@@ -38,22 +44,26 @@ func logits(t testing.TB, f func() ([]float32, error)) []float32 {
 // logits within 4% of their
 // spread of the exact ones (on the 4- and 8-bit demo, 60 steps of held-out text,
 // each step fed the same token on both sides); where the CPU has the integer
-// kernels they do differ, so the integer path ran. A WithParams copy inherits the
-// choice, and turning it off gives the exact logits back.
+// kernels they do differ, so the integer path ran. A copy made before the choice
+// (as an open chat's fork is) follows it, another load of the folder does not,
+// and turning it off gives the exact logits back.
 func TestInt8Decode(t *testing.T) {
 	for _, bits := range []int{4, 8} {
-		m, ids := quantizedDemo(t, bits)
+		dir := quantizedDemoDir(t, bits)
+		m, _ := inferencetest.Load(t, dir)
+		_, ids := heldOut(t)
 		exact := inference.NewSession(m)
 		if _, _, err := exact.Prefill(ids[:8]); err != nil {
 			t.Fatal(err)
 		}
-		m8, err := m.WithParams(nil)
+		base, _ := inferencetest.Load(t, dir)
+		m8, err := base.WithParams(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m8.SetInt8Decode(true)
-		if cp, _ := m8.WithParams(nil); !cp.Int8Decode() || m.Int8Decode() {
-			t.Fatalf("%d-bit: Int8Decode of a copy %v, of the original %v; want true, false", bits, cp.Int8Decode(), m.Int8Decode())
+		base.SetInt8Decode(true)
+		if !m8.Int8Decode() || m.Int8Decode() {
+			t.Fatalf("%d-bit: Int8Decode of a copy made before the choice %v, of another load %v; want true, false", bits, m8.Int8Decode(), m.Int8Decode())
 		}
 		// Many rows at once (a whole sequence's logits) take the exact kernels.
 		tokens, err := m.Tokens(ids[:24])
@@ -99,7 +109,7 @@ func TestInt8Decode(t *testing.T) {
 		if mx.HasQuantizedA8(m.Backend(), bits) && !differ {
 			t.Errorf("%d-bit: int8 decoding gave the exact logits on a CPU with the integer kernels: it did not run", bits)
 		}
-		m8.SetInt8Decode(false)
+		base.SetInt8Decode(false)
 		s := inference.NewSession(m8)
 		if _, _, err := s.Prefill(ids[:8]); err != nil {
 			t.Fatal(err)

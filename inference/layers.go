@@ -23,7 +23,7 @@ type Linear struct {
 
 	GroupSize, Bits int
 
-	int8 atomic.Bool // decode on 8-bit activations (Model.SetInt8Decode)
+	int8 *atomic.Bool // decode on 8-bit activations: the model's choice (Model.SetInt8Decode)
 
 	// adapters are the updates of the model's adapter stack for this layer, bottom
 	// first (adapter.go); the model rewrites the list under its write lock.
@@ -59,8 +59,8 @@ type Embedding struct {
 	Scales, Biases *mx.Array
 	GroupSize      int
 	Bits           int
-	dtype          mx.DType    // of the activations it produces
-	int8           atomic.Bool // AsLinear decodes on 8-bit activations (Model.SetInt8Decode)
+	dtype          mx.DType     // of the activations it produces
+	int8           *atomic.Bool // AsLinear decodes on 8-bit activations: the model's choice
 }
 
 func (e *Embedding) quantized() bool { return e.Scales != nil }

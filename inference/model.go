@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
@@ -65,7 +66,9 @@ type Model struct {
 
 	ad adapterStack // the LoRA adapters over the frozen weights (adapter.go)
 
-	int8Decode bool // SetInt8Decode
+	// int8 is SetInt8Decode's choice, shared with the copies made from the model
+	// (WithParams, Fork) and read by every linear layer and the embedding.
+	int8 *atomic.Bool
 
 	warnings []string
 }
@@ -89,6 +92,7 @@ func build(cfg Config, b mx.Backend, hasHead bool) (*Model, error) {
 		m.layers = append(m.layers, arch.NewBlock(&m.cfg, i))
 	}
 	m.ad.keep, m.ad.history = DefaultAdapterHistory, []*AdapterState{{}}
+	m.shareInt8(new(atomic.Bool))
 	return m, nil
 }
 
@@ -275,23 +279,20 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 // small loss of precision (TestInt8DecodePerplexity). Prefill, training and
 // scoring, which multiply many rows at once, stay exact (all but a prefill's
 // output projection for its last position, a single row), as does every
-// product on a backend or CPU without such a kernel. Copies made after the
-// call (WithParams, Fork) inherit the choice.
-func (m *Model) SetInt8Decode(on bool) {
-	m.ad.mu.Lock()
-	defer m.ad.mu.Unlock()
-	m.int8Decode = on
-	m.markInt8()
-}
+// product on a backend or CPU without such a kernel. The model and every copy
+// made from it (WithParams, Fork: a chat's, a test-time-training step's) share
+// the choice, before the call or after: an open chat switches at its next step.
+func (m *Model) SetInt8Decode(on bool) { m.int8.Store(on) }
 
-// markInt8 gives every linear layer and the embedding m's int8Decode.
-func (m *Model) markInt8() {
+// shareInt8 makes flag m's choice and every linear layer's and the embedding's.
+func (m *Model) shareInt8(flag *atomic.Bool) {
+	m.int8 = flag
 	_ = m.forEachModule(func(_ string, mod any) error {
 		switch l := mod.(type) {
 		case *Linear:
-			l.int8.Store(m.int8Decode)
+			l.int8 = flag
 		case *Embedding:
-			l.int8.Store(m.int8Decode)
+			l.int8 = flag
 		}
 		return nil
 	})
@@ -300,9 +301,7 @@ func (m *Model) markInt8() {
 // decodesInt8 reports whether a decode step takes the integer kernels: the
 // choice is on and some quantized layer has bits the backend multiplies so.
 func (m *Model) decodesInt8() bool {
-	m.ad.mu.RLock()
-	defer m.ad.mu.RUnlock()
-	if !m.int8Decode {
+	if !m.int8.Load() {
 		return false
 	}
 	found := false
@@ -319,11 +318,7 @@ func (m *Model) decodesInt8() bool {
 }
 
 // Int8Decode reports SetInt8Decode's choice.
-func (m *Model) Int8Decode() bool {
-	m.ad.mu.RLock()
-	defer m.ad.mu.RUnlock()
-	return m.int8Decode
-}
+func (m *Model) Int8Decode() bool { return m.int8.Load() }
 
 // isMatrix reports whether a checkpoint tensor of ndim dimensions is a weight matrix
 // (a linear layer's or an embedding table), what a float32 load keeps compact.
@@ -383,8 +378,7 @@ func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
 	// The activations' dtype is the model's, not its table's: a compact 16-bit
 	// table under float32 activations (LoadOptions.DType).
 	cp.Embed.dtype = m.Embed.dtype
-	cp.int8Decode = m.int8Decode
-	cp.markInt8()
+	cp.shareInt8(m.int8)
 	// Adapters are not weights of the base model; they ride along unchanged.
 	st := m.adapterState()
 	cp.ad.keep, cp.ad.history = 0, nil
