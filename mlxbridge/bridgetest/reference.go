@@ -176,6 +176,14 @@ func (s *suite) reference(t *testing.T) {
 		{2, 4, 2, 1, 5, 3, []int{4, 0, 3}},
 		{1, 6, 2, 2, 12, 9, []int{7, 2}},
 		{1, 4, 2, 1, 16, 16, []int{1900, 100, 1}},
+		// Decode's shapes (Qwen3's and SmolLM2's heads: two and three query rows a
+		// kv head), one row a head, four, head sizes past a multiple of 16, and
+		// 80 rows (more than the cpu kernels lay out for 16-bit keys).
+		{1, 16, 8, 1, 128, 128, []int{300, 16}},
+		{1, 9, 3, 1, 64, 64, []int{200, 7}},
+		{1, 2, 2, 1, 32, 32, []int{45}},
+		{1, 4, 1, 1, 24, 20, []int{33, 2}},
+		{1, 2, 1, 40, 16, 16, []int{50, 30}},
 	} {
 		sl := 0
 		for _, n := range c.parts {

@@ -272,8 +272,8 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*(d+dv))), func(lo, hi int) {
 		p := make([]float32, rows*s)
 		var qp, qsum, tmp, ht []float32
-		if half { // the bf16 kernels' block of widened positions
-			ht = make([]float32, bf16Block*max(d, dv))
+		if half { // room for the 16-bit scores kernel (attendBF16Scores)
+			ht = make([]float32, bf16Block*d)
 		}
 		if kq != nil {
 			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, 8*kq.dp)
@@ -314,7 +314,7 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 			off = s0
 			for i := range vs {
 				if vh[i] != nil {
-					attendBF16Values(og, rows, dv, p[off:], s, vh[i][g*sz[i]*dv:], sz[i], ht)
+					attendBF16Values(og, rows, dv, p[off:], s, vh[i][g*sz[i]*dv:], sz[i])
 				} else {
 					attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
 				}

@@ -70,7 +70,7 @@ void inloop_sigmoid(float *y, const float *x, size_t n) {
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-static float row_max(const float *x, size_t d) {
+static inline __attribute__((always_inline)) float row_max(const float *x, size_t d) {
 	v8f m8;
 	for (int k = 0; k < 8; k++) m8[k] = -__builtin_inff();
 	size_t i = 0;
@@ -87,7 +87,7 @@ static float row_max(const float *x, size_t d) {
 }
 
 // Sums in blocks of float with a double total, so long rows keep their precision.
-static double exp_sum(float *e, const float *x, float m, size_t d) {
+static inline __attribute__((always_inline)) double exp_sum(float *e, const float *x, float m, size_t d) {
 	double total = 0;
 	for (size_t b = 0; b < d; b += 1024) {
 		size_t end = b + 1024 < d ? b + 1024 : d;
@@ -262,46 +262,149 @@ void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q,
 		for (size_t r = 0; r < rows; r++) p[r * ld + j] = dot8(q + r * d, k + j * d, d);
 }
 
+// Sixteen bfloat16 values at v as two vectors of floats: the even ones and the odd
+// ones. One load, a shift and a mask: a bfloat16 is a float's high half, and a
+// 32-bit lane holds an even value in its low half and an odd one in its high half
+// (little-endian). Kernels over bfloat16 keep their sums split the same way.
+static inline __attribute__((always_inline)) void load16h(v8f *even, v8f *odd, const uint16_t *v) {
+	v8i w;
+	memcpy(&w, v, sizeof w);
+	*even = (v8f)(w << 16);
+	*odd = (v8f)(w & (v8i){-65536, -65536, -65536, -65536, -65536, -65536, -65536, -65536});
+}
+
+// Sixteen values of v from element i: c..c+8 in *x and c+8..c+16 in *y, or for
+// bfloat16 (HALF) the even ones in *x and the odd ones in *y (load16h).
+static inline __attribute__((always_inline)) void load16(v8f *x, v8f *y, const void *v, size_t i, const int HALF) {
+	if (HALF) {
+		load16h(x, y, (const uint16_t *)v + i);
+		return;
+	}
+	memcpy(x, (const float *)v + i, sizeof *x);
+	memcpy(y, (const float *)v + i + 8, sizeof *y);
+}
+
+// Sixteen columns (c..c+16) of NR rows of out, plus Σ_j p[r·ld + j]·v_j over n
+// values (floats, or bfloat16 when HALF, summed as even and odd columns). NR is a constant where it is called, so
+// the loops unroll and the sums live in registers; with one or two rows, even and
+// odd positions keep sums of their own, so enough of them are in flight to hide
+// the adds' latency. Each position also prefetches the line at element pf + j·dv,
+// for the first npf positions: the same columns of the next block, so a block's
+// prefetches spread over its passes instead of stalling in a burst.
+static inline __attribute__((always_inline)) void values_cols(float *restrict out, size_t dv, const float *restrict p,
+                                                              size_t ld, const void *restrict v, size_t n, size_t c,
+                                                              const char *pf, size_t npf, const int NR,
+                                                              const int HALF) {
+	size_t es = HALF ? 2 : 4;
+	v8f a0[4], b0[4], a1[4], b1[4];
+	for (int r = 0; r < NR; r++) a0[r] = b0[r] = a1[r] = b1[r] = (v8f){0};
+	size_t j = 0;
+	if (NR <= 2)
+		for (; j + 2 <= n; j += 2) {
+			if (j + 1 < npf) {
+				__builtin_prefetch(pf + j * dv * es, 0, 3);
+				__builtin_prefetch(pf + (j + 1) * dv * es, 0, 3);
+			}
+			v8f x0, x1, y0, y1;
+			load16(&x0, &x1, v, j * dv + c, HALF);
+			load16(&y0, &y1, v, (j + 1) * dv + c, HALF);
+			for (int r = 0; r < NR; r++) {
+				float p0 = p[r * ld + j], p1 = p[r * ld + j + 1];
+				a0[r] += p0 * x0;
+				b0[r] += p0 * x1;
+				a1[r] += p1 * y0;
+				b1[r] += p1 * y1;
+			}
+		}
+	for (; j < n; j++) {
+		if (j < npf) __builtin_prefetch(pf + j * dv * es, 0, 3);
+		v8f x0, x1;
+		load16(&x0, &x1, v, j * dv + c, HALF);
+		for (int r = 0; r < NR; r++) {
+			float pr = p[r * ld + j];
+			a0[r] += pr * x0;
+			b0[r] += pr * x1;
+		}
+	}
+	for (int r = 0; r < NR; r++) {
+		float *o = out + r * dv + c;
+		v8f o0, o1;
+		LOAD8(o0, o);
+		LOAD8(o1, o + 8);
+		v8f x = a0[r] + a1[r], y = b0[r] + b1[r];
+		if (HALF) { // even and odd columns back in order
+			v8f t = SHUFFLE(x, y, 0, 8, 1, 9, 2, 10, 3, 11);
+			y = SHUFFLE(x, y, 4, 12, 5, 13, 6, 14, 7, 15);
+			x = t;
+		}
+		o0 += x;
+		o1 += y;
+		memcpy(o, &o0, sizeof o0);
+		memcpy(o + 8, &o1, sizeof o1);
+	}
+}
+
+// values_block is inloop_attend_values over n values (floats, or bfloat16 when
+// HALF) that fit in L1: every column pass over them reads them from there. next
+// is the block after (nnext values), prefetched as the first rows pass.
+static inline __attribute__((always_inline)) void values_block(float *restrict out, size_t rows, size_t dv,
+                                                               const float *restrict p, size_t ld,
+                                                               const void *restrict v, size_t n, const void *next,
+                                                               size_t nnext, const int HALF) {
+	size_t d16 = dv / 16 * 16, es = HALF ? 2 : 4;
+	for (size_t r0 = 0; r0 < rows; r0 += 4) {
+		float *o = out + r0 * dv;
+		const float *pr = p + r0 * ld;
+		for (size_t c = 0; c < d16; c += 16) {
+			const char *pf = (const char *)next + c * es;
+			size_t npf = r0 == 0 ? nnext : 0;
+			switch (rows - r0) {
+			case 1: values_cols(o, dv, pr, ld, v, n, c, pf, npf, 1, HALF); break;
+			case 2: values_cols(o, dv, pr, ld, v, n, c, pf, npf, 2, HALF); break;
+			case 3: values_cols(o, dv, pr, ld, v, n, c, pf, npf, 3, HALF); break;
+			default: values_cols(o, dv, pr, ld, v, n, c, pf, npf, 4, HALF); break;
+			}
+		}
+		size_t nr = rows - r0 < 4 ? rows - r0 : 4;
+		for (size_t j = 0; j < n && d16 < dv; j++)
+			for (size_t r = 0; r < nr; r++) {
+				float pj = pr[r * ld + j];
+				for (size_t c = d16; c < dv; c++) {
+					float x;
+					if (HALF) {
+						uint32_t u = (uint32_t)((const uint16_t *)v)[j * dv + c] << 16;
+						memcpy(&x, &u, 4);
+					} else
+						x = ((const float *)v)[j * dv + c];
+					o[r * dv + c] += pj * x;
+				}
+			}
+	}
+}
+
+// values runs values_block over s values a block of at most 16 KiB (as floats) at
+// a time.
+static inline __attribute__((always_inline)) void values(float *restrict out, size_t rows, size_t dv,
+                                                         const float *restrict p, size_t ld, const void *restrict v,
+                                                         size_t s, const int HALF) {
+	size_t vb = dv > 0 && 4096 / dv > 8 ? 4096 / dv : 8, es = HALF ? 2 : 4;
+	const char *vc = v;
+	for (size_t j = 0; j < s; j += vb) {
+		size_t n = s - j < vb ? s - j : vb;
+		size_t m = s - j - n < vb ? s - j - n : vb; // the next block's
+		values_block(out, rows, dv, p + j, ld, vc + j * dv * es, n, vc + (j + n) * dv * es, m, HALF);
+	}
+}
+
 // Values: out_r += Σ_j p[r·ld + j]·v_j for rows r of out (rows, dv) and values j of
-// v (s, dv). Up to four rows and 16 columns of out stay in registers while the
-// values stream past.
+// v (s, dv). The values are taken a block of at most 16 KiB at a time, the next
+// block prefetched, and up to four rows and 16 columns of out stay in registers
+// while the block passes; so each value is read from memory once, however many
+// column passes its width takes.
 MULTIVERSION
 void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
                           const float *restrict v, size_t s) {
-	size_t d16 = dv / 16 * 16;
-	for (size_t r0 = 0; r0 < rows; r0 += 4) {
-		size_t nr = rows - r0 < 4 ? rows - r0 : 4;
-		for (size_t c = 0; c < d16; c += 16) {
-			v8f acc[4][2] = {{{0}}};
-			for (size_t j = 0; j < s; j++) {
-				if (c == 0 && j + 16 < s) // the first pass brings the values 16 rows on
-					for (size_t e = 0; e < dv; e += 16) __builtin_prefetch(v + (j + 16) * dv + e, 0, 3);
-				v8f a, b;
-				LOAD8(a, v + j * dv + c);
-				LOAD8(b, v + j * dv + c + 8);
-				for (size_t r = 0; r < nr; r++) {
-					float pr = p[(r0 + r) * ld + j];
-					acc[r][0] += pr * a;
-					acc[r][1] += pr * b;
-				}
-			}
-			for (size_t r = 0; r < nr; r++) {
-				float *o = out + (r0 + r) * dv + c;
-				v8f o0, o1;
-				LOAD8(o0, o);
-				LOAD8(o1, o + 8);
-				o0 += acc[r][0];
-				o1 += acc[r][1];
-				memcpy(o, &o0, sizeof o0);
-				memcpy(o + 8, &o1, sizeof o1);
-			}
-		}
-		for (size_t j = 0; j < s && d16 < dv; j++)
-			for (size_t r = r0; r < r0 + nr; r++) {
-				float pr = p[r * ld + j];
-				for (size_t c = d16; c < dv; c++) out[r * dv + c] += pr * v[j * dv + c];
-			}
-	}
+	values(out, rows, dv, p, ld, v, s, 0);
 }
 
 // A packed row's n values at `bits` (2, 4 or 8; LSB first, as MLX packs them) as floats.
@@ -390,10 +493,20 @@ void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, con
 	}
 }
 
-// bfloat16 keys or values (a 16-bit KV cache), widened BF16_BLOCK positions at a time
-// into tmp (BF16_BLOCK·width floats) for the float kernels: a shift per value, and
-// the block stays in L1 while every row passes over it.
-enum { BF16_BLOCK = 64 };
+// bfloat16 keys (a 16-bit KV cache) for more than BF16_TMP query rows: widened
+// BF16_BLOCK positions at a time into tmp for the float kernel, a shift per value,
+// the block in L1 while every row passes over it.
+enum { BF16_BLOCK = 16 };
+// The query rows inloop_attend_bf16_scores lays out in tmp: the caller's tmp holds
+// 64·d floats (bf16Block on the Go side), so up to 64 rows.
+enum { BF16_TMP = 64 };
+
+static inline float bf16_float(uint16_t h) {
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
 #ifndef PFH
 #define PFH 2048
 #endif
@@ -413,22 +526,62 @@ static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src,
 	}
 }
 
+// Scores over bfloat16 keys. With up to BF16_TMP rows, q is laid out in tmp with
+// each 16 values' even ones before their odd ones, and every key is widened in
+// registers as it is read (load16h), eight keys at a time as in
+// inloop_attend_scores; more rows widen BF16_BLOCK keys at a time into tmp for
+// the float kernel instead.
 MULTIVERSION
 void inloop_attend_bf16_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
                                const uint16_t *restrict k, size_t s, float *restrict tmp) {
-	for (size_t j = 0; j < s; j += BF16_BLOCK) {
-		size_t n = s - j < BF16_BLOCK ? s - j : BF16_BLOCK;
-		widen_bf16(tmp, k + j * d, n * d);
-		inloop_attend_scores(p + j, ld, q, rows, d, tmp, n);
+	if (rows > BF16_TMP) {
+		for (size_t j = 0; j < s; j += BF16_BLOCK) {
+			size_t n = s - j < BF16_BLOCK ? s - j : BF16_BLOCK;
+			widen_bf16(tmp, k + j * d, n * d);
+			inloop_attend_scores(p + j, ld, q, rows, d, tmp, n);
+		}
+		return;
 	}
+	size_t d16 = d / 16 * 16, j = 0;
+	for (size_t r = 0; r < rows; r++)
+		for (size_t e = 0; e < d; e++) {
+			size_t at = e; // within its 16: the even ones first, then the odd ones
+			if (e < d16) at = e / 16 * 16 + (e % 2) * 8 + e % 16 / 2;
+			tmp[r * d + at] = q[r * d + e];
+		}
+	for (; j + 8 <= s; j += 8) {
+		const uint16_t *kj = k + j * d;
+		if (j + 24 <= s) // the keys two blocks on, one line each 32 values
+			for (size_t e = 0; e < 8 * d; e += 32) __builtin_prefetch(kj + 16 * d + e, 0, 3);
+		for (size_t r = 0; r < rows; r++) {
+			const float *qr = tmp + r * d;
+			v8f acc[8] = {0}, sum;
+			for (size_t e = 0; e < d16; e += 16) {
+				v8f qe, qo;
+				LOAD8(qe, qr + e);
+				LOAD8(qo, qr + e + 8);
+				for (int t = 0; t < 8; t++) {
+					v8f ke, ko;
+					load16h(&ke, &ko, kj + t * d + e);
+					acc[t] += qe * ke + qo * ko;
+				}
+			}
+			sum8(&sum, acc);
+			for (size_t e = d16; e < d; e++)
+				for (int t = 0; t < 8; t++) sum[t] += qr[e] * bf16_float(kj[t * d + e]);
+			memcpy(p + r * ld + j, &sum, sizeof sum);
+		}
+	}
+	for (; j < s; j++)
+		for (size_t r = 0; r < rows; r++) {
+			float acc = 0;
+			for (size_t e = 0; e < d; e++) acc += q[r * d + e] * bf16_float(k[j * d + e]);
+			p[r * ld + j] = acc;
+		}
 }
 
 MULTIVERSION
 void inloop_attend_bf16_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
-                               const uint16_t *restrict v, size_t s, float *restrict tmp) {
-	for (size_t j = 0; j < s; j += BF16_BLOCK) {
-		size_t n = s - j < BF16_BLOCK ? s - j : BF16_BLOCK;
-		widen_bf16(tmp, v + j * dv, n * dv);
-		inloop_attend_values(out, rows, dv, p + j, ld, tmp, n);
-	}
+                               const uint16_t *restrict v, size_t s) {
+	values(out, rows, dv, p, ld, v, s, 1);
 }

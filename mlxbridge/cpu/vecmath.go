@@ -121,8 +121,8 @@ func attendQuantValues(out []float32, rows, dv int, p []float32, ld, dp, group, 
 		C.int(bits), cu(w), cf(s), cf(b), C.size_t(n), cf(tmp))
 }
 
-// bf16Block is the positions inloop_attend_bf16_* widen at a time: their tmp holds
-// bf16Block·width floats.
+// bf16Block·d floats is the tmp attendBF16Scores takes: the query rows laid out
+// for the 16-bit kernel (up to bf16Block rows), or a block of widened keys.
 const bf16Block = 64
 
 func cu16(v []uint16) *C.uint16_t { return (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(v))) }
@@ -136,9 +136,9 @@ func attendBF16Scores(p []float32, ld int, q []float32, rows, d int, k []uint16,
 }
 
 // attendBF16Values is attendValues over s bfloat16 values.
-func attendBF16Values(out []float32, rows, dv int, p []float32, ld int, v []uint16, s int, tmp []float32) {
+func attendBF16Values(out []float32, rows, dv int, p []float32, ld int, v []uint16, s int) {
 	if rows == 0 || s == 0 {
 		return
 	}
-	C.inloop_attend_bf16_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), cu16(v), C.size_t(s), cf(tmp))
+	C.inloop_attend_bf16_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), cu16(v), C.size_t(s))
 }

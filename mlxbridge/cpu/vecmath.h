@@ -24,8 +24,8 @@ void inloop_attend_quant_values(float *out, size_t rows, size_t dv, const float 
                                 float *tmp);
 void inloop_attend_bf16_scores(float *p, size_t ld, const float *q, size_t rows, size_t d, const uint16_t *k, size_t s,
                                float *tmp);
-void inloop_attend_bf16_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, const uint16_t *v, size_t s,
-                               float *tmp);
+void inloop_attend_bf16_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, const uint16_t *v,
+                               size_t s);
 void inloop_adam(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
                  size_t n, const float *k);
 void inloop_adam_limit(int level);
