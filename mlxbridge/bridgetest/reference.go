@@ -224,6 +224,9 @@ func (s *suite) reference(t *testing.T) {
 		{4, 2, 2, 48, 32, 4, 37, []int{5, 2}},
 		{6, 3, 1, 32, 32, 2, 9, nil},
 		{2, 1, 1, 64, 32, 4, 1300, []int{7}},
+		{3, 1, 1, 20, 32, 8, 50, []int{4}},       // a head off the 8-lane width
+		{16, 8, 1, 128, 64, 4, 100, []int{5}},    // Qwen3's heads
+		{16, 8, 1, 128, 64, 8, 70, []int{16, 1}}, // with its 8-bit cache
 	} {
 		sl := c.s0
 		for _, n := range c.parts {

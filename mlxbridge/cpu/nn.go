@@ -276,7 +276,7 @@ func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *
 			ht = make([]float32, bf16Block*d)
 		}
 		if kq != nil {
-			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, 8*kq.dp)
+			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, quantBlock*kq.dp)
 		}
 		for g := lo; g < hi; g++ {
 			qg, og := qf[g*rows*d:], out[g*rows*dv:]

@@ -407,27 +407,42 @@ void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const flo
 	values(out, rows, dv, p, ld, v, s, 0);
 }
 
-// A packed row's n values at `bits` (2, 4 or 8; LSB first, as MLX packs them) as floats.
-static inline void unpack_row(float *restrict dst, const uint32_t *restrict w, size_t n, int bits) {
-	const uint8_t *b = (const uint8_t *)w; // little-endian: the words' low bytes come first
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+// Eight 4- or 2-bit values of a packed row from value i on (a multiple of 8) as
+// floats: the word broadcast to the lanes, shifted by its values' offsets and
+// masked, then converted; a variable shift and a conversion, not a loop over bytes.
+static inline __attribute__((always_inline)) void unpack8(v8f *out, const uint32_t *restrict w, size_t i, int bits) {
+	v8u x;
 	switch (bits) {
-	case 8:
+	case 4: {
+		uint32_t u = w[i / 8];
+		x = ((v8u){u, u, u, u, u, u, u, u} >> (v8u){0, 4, 8, 12, 16, 20, 24, 28}) & 15;
+		break;
+	}
+	default: { // 2 (8 bits is unpack_row's own loop)
+		uint32_t u = w[i / 16] >> (i % 16 * 2);
+		x = ((v8u){u, u, u, u, u, u, u, u} >> (v8u){0, 2, 4, 6, 8, 10, 12, 14}) & 3;
+		break;
+	}
+	}
+	*out = __builtin_convertvector((v8i)x, v8f);
+}
+
+// A packed row's n values at `bits` (2, 4 or 8; LSB first, as MLX packs them) as
+// floats; n is a multiple of 8. Bytes convert in a plain loop, which the compiler
+// vectorizes (a zero extension and a conversion).
+static inline __attribute__((always_inline)) void unpack_row(float *restrict dst, const uint32_t *restrict w, size_t n,
+                                                             int bits) {
+	if (bits == 8) {
+		const uint8_t *b = (const uint8_t *)w; // little-endian: the words' low bytes come first
 		for (size_t i = 0; i < n; i++) dst[i] = (float)b[i];
-		break;
-	case 4:
-		for (size_t i = 0; i < n / 2; i++) {
-			dst[2 * i] = (float)(b[i] & 15);
-			dst[2 * i + 1] = (float)(b[i] >> 4);
-		}
-		break;
-	case 2:
-		for (size_t i = 0; i < n / 4; i++) {
-			dst[4 * i] = (float)(b[i] & 3);
-			dst[4 * i + 1] = (float)((b[i] >> 2) & 3);
-			dst[4 * i + 2] = (float)((b[i] >> 4) & 3);
-			dst[4 * i + 3] = (float)(b[i] >> 6);
-		}
-		break;
+		return;
+	}
+	for (size_t i = 0; i < n; i += 8) {
+		v8f x;
+		unpack8(&x, w, i, bits);
+		memcpy(dst + i, &x, sizeof x);
 	}
 }
 
@@ -473,23 +488,28 @@ void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restr
 }
 
 // Values: out_r += Σ_j p[r·ld + j]·v_j over n quantized values v_j = scale·int +
-// bias, each unpacked and dequantized once (its first dv values) for all the rows.
+// bias: QBLOCK positions at a time are dequantized into tmp (QBLOCK·dp floats, in
+// L1; their first dv values each, a row after another), which values_block then
+// passes over.
+enum { QBLOCK = 32 };
 MULTIVERSION
 void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
                                 size_t dp, size_t group, int bits, const uint32_t *restrict w,
                                 const float *restrict s, const float *restrict b, size_t n, float *restrict tmp) {
 	size_t groups = dp / group, words = dp * bits / 32;
-	for (size_t j = 0; j < n; j++) {
-		unpack_row(tmp, w + j * words, dp, bits);
-		for (size_t g = 0; g < groups; g++) {
-			float sg = s[j * groups + g], bg = b[j * groups + g];
-			for (size_t i = g * group; i < (g + 1) * group; i++) tmp[i] = sg * tmp[i] + bg;
+	for (size_t j0 = 0; j0 < n; j0 += QBLOCK) {
+		size_t nb = n - j0 < QBLOCK ? n - j0 : QBLOCK;
+		for (size_t t = 0; t < nb; t++) { // in order: a row's unpacking may run up to 7 values into the next
+			size_t j = j0 + t;
+			float *row = tmp + t * dv;
+			unpack_row(row, w + j * words, (dv + 7) / 8 * 8, bits);
+			for (size_t g = 0; g * group < dv; g++) {
+				float sg = s[j * groups + g], bg = b[j * groups + g];
+				size_t end = (g + 1) * group < dv ? (g + 1) * group : dv;
+				for (size_t i = g * group; i < end; i++) row[i] = sg * row[i] + bg;
+			}
 		}
-		for (size_t r = 0; r < rows; r++) {
-			float pr = p[r * ld + j];
-			float *o = out + r * dv;
-			for (size_t c = 0; c < dv; c++) o[c] += pr * tmp[c];
-		}
+		values_block(out, rows, dv, p + j0, ld, tmp, nb, tmp, 0, 0);
 	}
 }
 

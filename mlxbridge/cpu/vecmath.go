@@ -121,6 +121,10 @@ func attendQuantValues(out []float32, rows, dv int, p []float32, ld, dp, group, 
 		C.int(bits), cu(w), cf(s), cf(b), C.size_t(n), cf(tmp))
 }
 
+// quantBlock·dp floats is the tmp attendQuantValues takes (it dequantizes that
+// many positions at a time) and attendQuantScores (which needs 8·dp).
+const quantBlock = 32
+
 // bf16Block·d floats is the tmp attendBF16Scores takes: the query rows laid out
 // for the 16-bit kernel (up to bf16Block rows), or a block of widened keys.
 const bf16Block = 64
