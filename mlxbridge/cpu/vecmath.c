@@ -5,8 +5,13 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MULTIVERSION __attribute__((target_clones("avx2,fma", "default")))
+// The attention kernels' clone has AVX2 and FMA together, so a product and its sum
+// contract into one instruction. ("avx2,fma" above is two clones, one each: the
+// functions under it keep their separate, bit-reproducible roundings.)
+#define MULTIVERSION_FMA __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define MULTIVERSION
+#define MULTIVERSION_FMA
 #endif
 
 static inline int32_t bits_of(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
@@ -241,7 +246,7 @@ static inline void dot8x8(v8f *dots, const float *q, const float *k, size_t stri
 // keys at a time, held in L1 while every row passes over them; each dot product
 // runs in 8 lanes (vector extensions, so it vectorizes under strict
 // floating-point semantics) and eight of them are summed across lanes at once.
-MULTIVERSION
+MULTIVERSION_FMA
 void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
                           const float *restrict k, size_t s) {
 	size_t d8 = d / 8 * 8, j = 0;
@@ -401,7 +406,7 @@ static inline __attribute__((always_inline)) void values(float *restrict out, si
 // block prefetched, and up to four rows and 16 columns of out stay in registers
 // while the block passes; so each value is read from memory once, however many
 // column passes its width takes.
-MULTIVERSION
+MULTIVERSION_FMA
 void inloop_attend_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
                           const float *restrict v, size_t s) {
 	values(out, rows, dv, p, ld, v, s, 0);
@@ -446,13 +451,32 @@ static inline __attribute__((always_inline)) void unpack_row(float *restrict dst
 	}
 }
 
+// Eight keys' scales (or biases) of group g, from c (the first key's groups,
+// then the next's): one load with one group a key, two loads and a shuffle with
+// two (heads of 64 and 128 in groups of 64), lane by lane otherwise.
+static inline __attribute__((always_inline)) void group_coefs(v8f *out, const float *restrict c, size_t groups,
+                                                              size_t g) {
+	if (groups == 1) {
+		LOAD8(*out, c);
+		return;
+	}
+	if (groups == 2) {
+		v8f a, b;
+		LOAD8(a, c);
+		LOAD8(b, c + 8);
+		*out = g == 0 ? SHUFFLE(a, b, 0, 2, 4, 6, 8, 10, 12, 14) : SHUFFLE(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
+		return;
+	}
+	for (int t = 0; t < 8; t++) (*out)[t] = c[t * groups + g];
+}
+
 // Attention over a quantized part (AttendQuantized): scores p[r·ld + j] = q_r·k_j
 // for keys k_j = scale·int + bias per group. q holds rows of dp values (zero past
 // the head size), qsum their sums per group; w, s, b hold n keys' packed words and
 // their groups' scales and biases. tmp holds 8·dp floats. Per group it is
 // scale·(q·int) + bias·Σq. Eight keys at a time are unpacked once for all the
 // rows, and their eight dot products per group summed across lanes at once.
-MULTIVERSION
+MULTIVERSION_FMA
 void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restrict q, const float *restrict qsum,
                                 size_t rows, size_t dp, size_t group, int bits, const uint32_t *restrict w,
                                 const float *restrict s, const float *restrict b, size_t n, float *restrict tmp) {
@@ -465,10 +489,8 @@ void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restr
 			for (size_t g = 0; g < groups; g++) {
 				v8f dots, sv, bv;
 				dot8x8(&dots, qr, tmp, dp, g * group, (g + 1) * group);
-				for (int t = 0; t < 8; t++) {
-					sv[t] = s[(j + t) * groups + g];
-					bv[t] = b[(j + t) * groups + g];
-				}
+				group_coefs(&sv, s + j * groups, groups, g);
+				group_coefs(&bv, b + j * groups, groups, g);
 				float qs = qsum[r * groups + g];
 				sc += sv * dots + bv * qs;
 			}
@@ -492,7 +514,7 @@ void inloop_attend_quant_scores(float *restrict p, size_t ld, const float *restr
 // L1; their first dv values each, a row after another), which values_block then
 // passes over.
 enum { QBLOCK = 32 };
-MULTIVERSION
+MULTIVERSION_FMA
 void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
                                 size_t dp, size_t group, int bits, const uint32_t *restrict w,
                                 const float *restrict s, const float *restrict b, size_t n, float *restrict tmp) {
@@ -551,7 +573,7 @@ static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src,
 // registers as it is read (load16h), eight keys at a time as in
 // inloop_attend_scores; more rows widen BF16_BLOCK keys at a time into tmp for
 // the float kernel instead.
-MULTIVERSION
+MULTIVERSION_FMA
 void inloop_attend_bf16_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
                                const uint16_t *restrict k, size_t s, float *restrict tmp) {
 	if (rows > BF16_TMP) {
@@ -600,7 +622,7 @@ void inloop_attend_bf16_scores(float *restrict p, size_t ld, const float *restri
 		}
 }
 
-MULTIVERSION
+MULTIVERSION_FMA
 void inloop_attend_bf16_values(float *restrict out, size_t rows, size_t dv, const float *restrict p, size_t ld,
                                const uint16_t *restrict v, size_t s) {
 	values(out, rows, dv, p, ld, v, s, 1);
