@@ -28,16 +28,21 @@ package blas
 #ifdef __APPLE__
 #include <Accelerate/Accelerate.h>
 static void inloop_blas_threads(int n) { (void)n; }
+static int inloop_blas_threads_now(void) { return -1; }
 #else
 #include <cblas.h>
 static void inloop_blas_threads(int n) { openblas_set_num_threads(n); }
+static int inloop_blas_threads_now(void) { return openblas_get_num_threads(); }
 #endif
 
 #include "pool.h"
 */
 import "C"
 
-import "runtime"
+import (
+	"runtime"
+	"sync"
+)
 
 // split reports whether calls are cut over the cores here (BLAS itself single-threaded).
 var split = runtime.GOOS != "darwin"
@@ -51,16 +56,31 @@ func Splits() bool { return split }
 // A GOMAXPROCS above the machine's cores (set by hand) would only add spinning threads.
 var cores = min(runtime.GOMAXPROCS(0), runtime.NumCPU())
 
-func init() {
-	C.inloop_blas_threads(1)
-	if split {
-		C.inloop_pool_start(C.int(cores - 1))
-	}
+// start makes BLAS single-threaded and starts the pool, once, when this package first
+// multiplies rather than when it is loaded. OpenBLAS's thread count is one for the whole
+// process, and the mlx backend's CPU device (MLX built on Linux) multiplies through the
+// same library: set at load, it ran every MLX product on one core in any process that
+// linked this package, which Inloop always does (the demo model on MLX's CPU device
+// decoded at 183–205 tok/s instead of 330–346). A process using only the mlx backend now
+// leaves OpenBLAS as it found it.
+func start() {
+	started.Do(func() {
+		C.inloop_blas_threads(1)
+		if split {
+			C.inloop_pool_start(C.int(cores - 1))
+		}
+	})
 }
+
+var started sync.Once
+
+// blasThreads is OpenBLAS's thread count now (−1 where BLAS is Accelerate).
+func blasThreads() int { return int(C.inloop_blas_threads_now()) }
 
 // threadedBLAS hands calls to BLAS whole with n threads of its own (n > 1), or returns to
 // the split (n = 1); benchmarks use it to compare the two.
 func threadedBLAS(n int) {
+	start()
 	split = n <= 1 && runtime.GOOS != "darwin"
 	C.inloop_blas_threads(C.int(n))
 }
@@ -83,6 +103,7 @@ func Sgemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 	if m == 0 || n == 0 {
 		return
 	}
+	start()
 	if k == 0 {
 		for i := range m {
 			row := c[i*ldc : i*ldc+n]
@@ -111,6 +132,7 @@ func Sgemv(trans bool, m, n int, a []float32, lda int, x []float32, beta float32
 	if m == 0 || n == 0 {
 		return
 	}
+	start()
 	parts := ways(m*n, gemvGrain)
 	if parts <= 1 {
 		sgemv(trans, m, n, a, lda, x, beta, y)
@@ -129,6 +151,7 @@ func SgemmOne(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb i
 		Sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) // the same edge cases, no split
 		return
 	}
+	start()
 	sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
 }
 

@@ -4,9 +4,45 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
 )
+
+// TestThreadsUntouchedUntilFirstProduct checks, in a fresh process (this test binary
+// again, running only the helper below), that loading the package leaves OpenBLAS's
+// thread count as it was, and that the first product makes it single-threaded: another
+// library in the process (MLX on Linux) shares it.
+func TestThreadsUntouchedUntilFirstProduct(t *testing.T) {
+	if os.Getenv("INLOOP_BLAS_HELPER") != "" {
+		before := blasThreads()
+		Sgemm(false, false, 2, 2, 2, []float32{1, 2, 3, 4}, 2, []float32{1, 0, 0, 1}, 2, 0, make([]float32, 4), 2)
+		fmt.Printf("threads %d %d\n", before, blasThreads())
+		return
+	}
+	if blasThreads() < 0 {
+		t.Skip("BLAS is Accelerate here: no thread count to keep")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestThreadsUntouchedUntilFirstProduct$")
+	cmd.Env = append(os.Environ(), "INLOOP_BLAS_HELPER=1", "OPENBLAS_NUM_THREADS=2")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	var before, after int
+	i := strings.Index(string(out), "threads ")
+	if i < 0 {
+		t.Fatalf("helper printed no thread counts:\n%s", out)
+	}
+	if _, err := fmt.Sscanf(string(out[i:]), "threads %d %d", &before, &after); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	if before != 2 || after != 1 {
+		t.Errorf("OpenBLAS threads %d at load and %d after the first product, want 2 (as the environment set it) and 1", before, after)
+	}
+}
 
 func randFloats(r *rand.Rand, n int) []float32 {
 	v := make([]float32, n)
