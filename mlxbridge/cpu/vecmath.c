@@ -241,31 +241,6 @@ static inline void dot8x8(v8f *dots, const float *q, const float *k, size_t stri
 	sum8(dots, acc);
 }
 
-// Attention over keys held in parts, one part at a time (AttendParts). Scores:
-// p[r·ld + j] = q_r·k_j for rows r of q (rows, d) and keys j of k (s, d). Eight
-// keys at a time, held in L1 while every row passes over them; each dot product
-// runs in 8 lanes (vector extensions, so it vectorizes under strict
-// floating-point semantics) and eight of them are summed across lanes at once.
-MULTIVERSION_FMA
-void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
-                          const float *restrict k, size_t s) {
-	size_t d8 = d / 8 * 8, j = 0;
-	for (; j + 8 <= s; j += 8) {
-		const float *kj = k + j * d;
-		if (j + 24 <= s) // the keys two blocks on, one line each 16 floats
-			for (size_t e = 0; e < 8 * d; e += 16) __builtin_prefetch(kj + 16 * d + e, 0, 3);
-		for (size_t r = 0; r < rows; r++) {
-			const float *qr = q + r * d;
-			v8f sum;
-			dot8x8(&sum, qr, kj, d, 0, d8);
-			for (size_t e = d8; e < d; e++)
-				for (int t = 0; t < 8; t++) sum[t] += qr[e] * kj[t * d + e];
-			memcpy(p + r * ld + j, &sum, sizeof sum);
-		}
-	}
-	for (; j < s; j++)
-		for (size_t r = 0; r < rows; r++) p[r * ld + j] = dot8(q + r * d, k + j * d, d);
-}
 
 // Sixteen bfloat16 values at v as two vectors of floats: the even ones and the odd
 // ones. One load, a shift and a mask: a bfloat16 is a float's high half, and a
@@ -549,6 +524,11 @@ static inline float bf16_float(uint16_t h) {
 	memcpy(&f, &u, 4);
 	return f;
 }
+
+// Element i of k: a float, or a bfloat16 widened (HALF).
+static inline __attribute__((always_inline)) float key_at(const void *k, size_t i, const int HALF) {
+	return HALF ? bf16_float(((const uint16_t *)k)[i]) : ((const float *)k)[i];
+}
 #ifndef PFH
 #define PFH 2048
 #endif
@@ -568,11 +548,74 @@ static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src,
 	}
 }
 
-// Scores over bfloat16 keys. With up to BF16_TMP rows, q is laid out in tmp with
-// each 16 values' even ones before their odd ones, and every key is widened in
-// registers as it is read (load16h), eight keys at a time as in
-// inloop_attend_scores; more rows widen BF16_BLOCK keys at a time into tmp for
-// the float kernel instead.
+// Eight dot products of row qr of the queries with keys kj, kj + d, …: floats (dot8x8),
+// or bfloat16 (HALF) against a row laid out with each 16 values' even ones before
+// their odd ones (see scores), every key widened in registers as it is read.
+static inline __attribute__((always_inline)) void dots8(v8f *sum, const float *restrict qr, const void *restrict kj,
+                                                        size_t d, const int HALF) {
+	size_t dv = HALF ? d / 16 * 16 : d / 8 * 8;
+	if (!HALF)
+		dot8x8(sum, qr, kj, d, 0, dv);
+	else {
+		const uint16_t *kh = kj;
+		v8f acc[8] = {0};
+		for (size_t e = 0; e < dv; e += 16) {
+			v8f qe, qo;
+			LOAD8(qe, qr + e);
+			LOAD8(qo, qr + e + 8);
+			for (int t = 0; t < 8; t++) {
+				v8f ke, ko;
+				load16h(&ke, &ko, kh + t * d + e);
+				acc[t] += qe * ke + qo * ko;
+			}
+		}
+		sum8(sum, acc);
+	}
+	for (size_t e = dv; e < d; e++)
+		for (int t = 0; t < 8; t++) (*sum)[t] += qr[e] * key_at(kj, t * d + e, HALF);
+}
+
+// scores: p[r·ld + j] = q_r·k_j for rows r of q (rows, d) and keys j of k (s, d),
+// floats or bfloat16 (HALF, with ql the rows laid out for dots8; q itself serves
+// the last few keys). Eight keys at a time, held in L1 while every row passes over
+// them, the keys two blocks on prefetched; each dot product runs in 8 lanes (vector
+// extensions, so it vectorizes under strict floating-point semantics) and eight of
+// them are summed across lanes at once.
+static inline __attribute__((always_inline)) void scores(float *restrict p, size_t ld, const float *restrict q,
+                                                         const float *restrict ql, size_t rows, size_t d,
+                                                         const void *restrict k, size_t s, const int HALF) {
+	size_t es = HALF ? 2 : 4, j = 0;
+	const char *kc = k;
+	for (; j + 8 <= s; j += 8) {
+		const char *kj = kc + j * d * es;
+		if (j + 24 <= s) // one line each 64 bytes
+			for (size_t e = 0; e < 8 * d * es; e += 64) __builtin_prefetch(kj + 16 * d * es + e, 0, 3);
+		for (size_t r = 0; r < rows; r++) {
+			v8f sum;
+			dots8(&sum, ql + r * d, kj, d, HALF);
+			memcpy(p + r * ld + j, &sum, sizeof sum);
+		}
+	}
+	for (; j < s; j++)
+		for (size_t r = 0; r < rows; r++) {
+			float acc = 0;
+			for (size_t e = 0; e < d; e++) acc += q[r * d + e] * key_at(k, j * d + e, HALF);
+			p[r * ld + j] = acc;
+		}
+}
+
+// Attention over keys held in parts, one part at a time (AttendParts). Scores:
+// p[r·ld + j] = q_r·k_j for rows r of q (rows, d) and keys j of k (s, d).
+MULTIVERSION_FMA
+void inloop_attend_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
+                          const float *restrict k, size_t s) {
+	scores(p, ld, q, q, rows, d, k, s, 0);
+}
+
+// Scores over bfloat16 keys. With up to BF16_TMP rows, q is laid out in tmp for
+// dots8 (each 16 values' even ones before their odd ones) and the keys are widened in
+// registers; more rows widen BF16_BLOCK keys at a time into tmp for the float kernel
+// instead.
 MULTIVERSION_FMA
 void inloop_attend_bf16_scores(float *restrict p, size_t ld, const float *restrict q, size_t rows, size_t d,
                                const uint16_t *restrict k, size_t s, float *restrict tmp) {
@@ -580,46 +623,18 @@ void inloop_attend_bf16_scores(float *restrict p, size_t ld, const float *restri
 		for (size_t j = 0; j < s; j += BF16_BLOCK) {
 			size_t n = s - j < BF16_BLOCK ? s - j : BF16_BLOCK;
 			widen_bf16(tmp, k + j * d, n * d);
-			inloop_attend_scores(p + j, ld, q, rows, d, tmp, n);
+			scores(p + j, ld, q, q, rows, d, tmp, n, 0);
 		}
 		return;
 	}
-	size_t d16 = d / 16 * 16, j = 0;
+	size_t d16 = d / 16 * 16;
 	for (size_t r = 0; r < rows; r++)
 		for (size_t e = 0; e < d; e++) {
 			size_t at = e; // within its 16: the even ones first, then the odd ones
 			if (e < d16) at = e / 16 * 16 + (e % 2) * 8 + e % 16 / 2;
 			tmp[r * d + at] = q[r * d + e];
 		}
-	for (; j + 8 <= s; j += 8) {
-		const uint16_t *kj = k + j * d;
-		if (j + 24 <= s) // the keys two blocks on, one line each 32 values
-			for (size_t e = 0; e < 8 * d; e += 32) __builtin_prefetch(kj + 16 * d + e, 0, 3);
-		for (size_t r = 0; r < rows; r++) {
-			const float *qr = tmp + r * d;
-			v8f acc[8] = {0}, sum;
-			for (size_t e = 0; e < d16; e += 16) {
-				v8f qe, qo;
-				LOAD8(qe, qr + e);
-				LOAD8(qo, qr + e + 8);
-				for (int t = 0; t < 8; t++) {
-					v8f ke, ko;
-					load16h(&ke, &ko, kj + t * d + e);
-					acc[t] += qe * ke + qo * ko;
-				}
-			}
-			sum8(&sum, acc);
-			for (size_t e = d16; e < d; e++)
-				for (int t = 0; t < 8; t++) sum[t] += qr[e] * bf16_float(kj[t * d + e]);
-			memcpy(p + r * ld + j, &sum, sizeof sum);
-		}
-	}
-	for (; j < s; j++)
-		for (size_t r = 0; r < rows; r++) {
-			float acc = 0;
-			for (size_t e = 0; e < d; e++) acc += q[r * d + e] * bf16_float(k[j * d + e]);
-			p[r * ld + j] = acc;
-		}
+	scores(p, ld, q, tmp, rows, d, k, s, 1);
 }
 
 MULTIVERSION_FMA
