@@ -184,6 +184,7 @@ func (s *suite) reference(t *testing.T) {
 		{1, 2, 2, 1, 32, 32, []int{45}},
 		{1, 4, 1, 1, 24, 20, []int{33, 2}},
 		{1, 2, 1, 40, 16, 16, []int{50, 30}},
+		{1, 9, 3, 1, 64, 64, []int{600, 300, 7}}, // long enough for the cpu kernels to cut 3 heads' positions over 2 cores
 	} {
 		sl := 0
 		for _, n := range c.parts {

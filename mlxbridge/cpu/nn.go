@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
 )
 
 func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
@@ -209,7 +210,9 @@ const attendGrain = 1 << 15
 // AttendParts runs each (batch, kv head) group's query heads together: the scores
 // of every part's keys, one causal softmax per row over all of them, then every
 // part's values weighted by its slice of the probabilities. Each key and value is
-// read once, where it lies; groups run in parallel when there is enough work.
+// read once, where it lies; groups run in parallel when there is enough work, and a
+// decode step whose groups do not share the cores evenly cuts each group's positions
+// into pieces instead (attendArgs.split).
 func (be *Backend) AttendParts(q *mx.Array, ks, vs []*mx.Array, scale float32) (mx.Handle, error) {
 	return attend(q, nil, nil, ks, vs, scale), nil
 }
@@ -250,80 +253,208 @@ func (p *quantPart) head(g int) ([]uint32, []float32, []float32) {
 func attend(q *mx.Array, kq, vq *quantPart, ks, vs []*mx.Array, scale float32) *buf {
 	qs := q.Shape()
 	b, hq, l, d := qs[0], qs[1], qs[2], qs[3]
-	var hkv, dv, s0 int
+	a := &attendArgs{kq: kq, vq: vq, d: d, l: l, qf: h(q).f}
 	if kq != nil {
-		hkv, dv, s0 = kq.hkv, d, kq.n
+		a.hkv, a.dv, a.s0 = kq.hkv, d, kq.n
 	} else {
-		hkv, dv = ks[0].Dim(1), vs[0].Dim(3)
+		a.hkv, a.dv = ks[0].Dim(1), vs[0].Dim(3)
 	}
-	rows := hq / hkv * l
-	kf, vf, sz := make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
-	kh, vh := make([][]uint16, len(ks)), make([][]uint16, len(ks)) // compact bfloat16 parts
-	s, half := s0, false
+	a.rows = hq / a.hkv * l
+	a.kf, a.vf, a.sz = make([][]float32, len(ks)), make([][]float32, len(ks)), make([]int, len(ks))
+	a.kh, a.vh = make([][]uint16, len(ks)), make([][]uint16, len(ks)) // compact bfloat16 parts
+	a.s = a.s0
 	for i := range ks {
-		kh[i], kf[i] = bf16Part(ks[i])
-		vh[i], vf[i] = bf16Part(vs[i])
-		sz[i] = ks[i].Dim(2)
-		s += sz[i]
-		half = half || kh[i] != nil || vh[i] != nil
+		a.kh[i], a.kf[i] = bf16Part(ks[i])
+		a.vh[i], a.vf[i] = bf16Part(vs[i])
+		a.sz[i] = ks[i].Dim(2)
+		a.s += a.sz[i]
+		a.half = a.half || a.kh[i] != nil || a.vh[i] != nil
 	}
-	qf := h(q).f
+	groups, rows, s, dv := b*a.hkv, a.rows, a.s, a.dv
 	out := newFZero(b * hq * l * dv)
-	parallel(b*hkv, max(1, attendGrain/max(1, rows*s*(d+dv))), func(lo, hi int) {
-		p := make([]float32, rows*s)
-		var qp, qsum, tmp, ht []float32
-		if half { // room for the 16-bit scores kernel (attendBF16Scores)
-			ht = make([]float32, bf16Block*d)
-		}
-		if kq != nil {
-			qp, qsum, tmp = make([]float32, rows*kq.dp), make([]float32, rows*kq.dp/kq.group), make([]float32, quantBlock*kq.dp)
-		}
-		for g := lo; g < hi; g++ {
-			qg, og := qf[g*rows*d:], out[g*rows*dv:]
-			if kq != nil {
-				dp, gs := kq.dp, kq.dp/kq.group
-				for r := range rows { // zero past d since made, never written there
-					copy(qp[r*dp:r*dp+d], qg[r*d:(r+1)*d])
-					for k := range gs {
-						var sum float32
-						for _, v := range qp[r*dp+k*kq.group : r*dp+(k+1)*kq.group] {
-							sum += v
-						}
-						qsum[r*gs+k] = sum
-					}
+	grain := max(1, attendGrain/max(1, rows*s*(d+dv)))
+	if parts := a.splits(groups); parts > 1 {
+		a.split(out, groups, parts, scale)
+	} else {
+		parallel(groups, grain, func(lo, hi int) {
+			p, sc := make([]float32, rows*s), a.scratch()
+			for g := lo; g < hi; g++ {
+				a.scores(sc, g, 0, s, p, s)
+				for r := 0; r < rows; r += l { // each query head's l rows: row i sees s−l+1+i keys
+					softmaxCausalRows(p[r*s:], l, s, s-l+1, scale)
 				}
-				w, sc, bi := kq.head(g)
-				attendQuantScores(p, s, qp, qsum, rows, dp, kq.group, kq.bits, w, sc, bi, s0, tmp)
+				a.values(sc, g, 0, s, p, s, out[g*rows*dv:])
 			}
-			off := s0
-			for i := range ks {
-				if kh[i] != nil {
-					attendBF16Scores(p[off:], s, qg, rows, d, kh[i][g*sz[i]*d:], sz[i], ht)
-				} else {
-					attendScores(p[off:], s, qg, rows, d, kf[i][g*sz[i]*d:], sz[i])
-				}
-				off += sz[i]
-			}
-			for r := 0; r < rows; r += l { // each query head's l rows: row i sees s−l+1+i keys
-				softmaxCausalRows(p[r*s:], l, s, s-l+1, scale)
-			}
-			if vq != nil {
-				w, sc, bi := vq.head(g)
-				attendQuantValues(og, rows, dv, p, s, vq.dp, vq.group, vq.bits, w, sc, bi, s0, tmp)
-			}
-			off = s0
-			for i := range vs {
-				if vh[i] != nil {
-					attendBF16Values(og, rows, dv, p[off:], s, vh[i][g*sz[i]*dv:], sz[i])
-				} else {
-					attendValues(og, rows, dv, p[off:], s, vf[i][g*sz[i]*dv:], sz[i])
-				}
-				off += sz[i]
-			}
-		}
-	})
+		})
+	}
 	roundTo(q.DType(), out)
 	return fbuf(out)
+}
+
+// attendArgs is one attend call's queries, keys and values in flat slices: a
+// quantized first part (kq, vq, s0 positions), then exact parts of sz[i] positions,
+// each float32 (kf, vf) or compact bfloat16 (kh, vh); s positions in all.
+type attendArgs struct {
+	kq, vq              *quantPart
+	qf                  []float32
+	kf, vf              [][]float32
+	kh, vh              [][]uint16
+	sz                  []int
+	hkv, d, dv, l, rows int
+	s0, s               int
+	half                bool
+}
+
+// attendScratch is a goroutine's room for the kernels: the queries zero-padded to
+// the packed head size and their group sums (a quantized part), the 16-bit scores
+// kernel's room.
+type attendScratch struct{ qp, qsum, tmp, ht []float32 }
+
+func (a *attendArgs) scratch() *attendScratch {
+	var sc attendScratch
+	if a.half {
+		sc.ht = make([]float32, bf16Block*a.d)
+	}
+	if kq := a.kq; kq != nil {
+		sc.qp, sc.qsum, sc.tmp = make([]float32, a.rows*kq.dp), make([]float32, a.rows*kq.dp/kq.group), make([]float32, quantBlock*kq.dp)
+	}
+	return &sc
+}
+
+// scores sets p[r·ld + j − lo] = q_r·k_j for group g's rows and positions j in [lo, hi),
+// each part's kernel over the positions it holds there.
+func (a *attendArgs) scores(sc *attendScratch, g, lo, hi int, p []float32, ld int) {
+	rows, d := a.rows, a.d
+	qg := a.qf[g*rows*d:]
+	if kq := a.kq; kq != nil && lo < a.s0 {
+		dp, gs := kq.dp, kq.dp/kq.group
+		for r := range rows { // zero past d since made, never written there
+			copy(sc.qp[r*dp:r*dp+d], qg[r*d:(r+1)*d])
+			for k := range gs {
+				var sum float32
+				for _, v := range sc.qp[r*dp+k*kq.group : r*dp+(k+1)*kq.group] {
+					sum += v
+				}
+				sc.qsum[r*gs+k] = sum
+			}
+		}
+		w, sv, bv := kq.head(g)
+		n := min(hi, a.s0) - lo
+		attendQuantScores(p, ld, sc.qp, sc.qsum, rows, dp, kq.group, kq.bits, w[lo*kq.words:], sv[lo*gs:], bv[lo*gs:], n, sc.tmp)
+	}
+	off := a.s0
+	for i, n := range a.sz {
+		if from, to := max(lo, off), min(hi, off+n); from < to {
+			at, pp := g*n+from-off, p[from-lo:]
+			if a.kh[i] != nil {
+				attendBF16Scores(pp, ld, qg, rows, d, a.kh[i][at*d:], to-from, sc.ht)
+			} else {
+				attendScores(pp, ld, qg, rows, d, a.kf[i][at*d:], to-from)
+			}
+		}
+		off += n
+	}
+}
+
+// values adds Σ_j p[r·ld + j − lo]·v_j over positions j in [lo, hi) to group g's rows
+// of og.
+func (a *attendArgs) values(sc *attendScratch, g, lo, hi int, p []float32, ld int, og []float32) {
+	rows, dv := a.rows, a.dv
+	if vq := a.vq; vq != nil && lo < a.s0 {
+		w, sv, bv := vq.head(g)
+		gs := vq.dp / vq.group
+		attendQuantValues(og, rows, dv, p, ld, vq.dp, vq.group, vq.bits, w[lo*vq.words:], sv[lo*gs:], bv[lo*gs:], min(hi, a.s0)-lo, sc.tmp)
+	}
+	off := a.s0
+	for i, n := range a.sz {
+		if from, to := max(lo, off), min(hi, off+n); from < to {
+			at, pp := g*n+from-off, p[from-lo:]
+			if a.vh[i] != nil {
+				attendBF16Values(og, rows, dv, pp, ld, a.vh[i][at*dv:], to-from)
+			} else {
+				attendValues(og, rows, dv, pp, ld, a.vf[i][at*dv:], to-from)
+			}
+		}
+		off += n
+	}
+}
+
+// attendSplitMin is the fewest positions a piece of a split decode step takes.
+const attendSplitMin = 256
+
+// splits is how many pieces each group's positions are cut into for one decode step
+// (one query row a head), so that the cores share the groups evenly: with 3 kv heads
+// on 2 cores (SmolLM2's), whole groups leave one core idle a third of the time. 1 means
+// whole groups (prefill, enough groups, or too few positions to cut).
+func (a *attendArgs) splits(groups int) int {
+	if forceSplits > 0 && a.l == 1 {
+		return forceSplits
+	}
+	w := par.Cores()
+	if a.l != 1 || w <= 1 || groups*a.rows*a.s*(a.d+a.dv) < 2*attendGrain {
+		return 1
+	}
+	return max(1, min(w/gcd(groups, w), a.s/attendSplitMin))
+}
+
+// forceSplits, when set (tests), is splits' answer for every decode step.
+var forceSplits int
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// split runs each group's positions in parts pieces across the cores, each piece's
+// softmax left unnormalized with its rows' maxima and sums (inloop_softmax_part), then
+// puts each group's pieces together: out = Σ e^(m_t − M)·o_t / Σ e^(m_t − M)·l_t, M the
+// largest m_t (flash-decoding's merge).
+func (a *attendArgs) split(out []float32, groups, parts int, scale float32) {
+	rows, dv, s := a.rows, a.dv, a.s
+	o := make([]float32, groups*parts*rows*dv)
+	ml := make([]float32, groups*parts*rows*2) // each piece's rows' maxima, then sums
+	n := (s + parts - 1) / parts
+	par.Ranges(groups*parts, 1, par.Cores(), func(lo, hi int) {
+		p, sc := make([]float32, rows*n), a.scratch()
+		for t := lo; t < hi; t++ {
+			g, i := t/parts, t%parts
+			from, to := i*n, min(s, (i+1)*n)
+			m, sum := ml[t*rows*2:][:rows], ml[t*rows*2+rows:][:rows]
+			if from >= to {
+				for r := range rows {
+					m[r], sum[r] = float32(math.Inf(-1)), 0
+				}
+				continue
+			}
+			a.scores(sc, g, from, to, p, n)
+			softmaxPart(p, rows, n, to-from, scale, m, sum)
+			a.values(sc, g, from, to, p, n, o[t*rows*dv:])
+		}
+	})
+	for g := range groups {
+		for r := range rows {
+			big := float32(math.Inf(-1))
+			for i := range parts {
+				big = max(big, ml[((g*parts+i)*2)*rows+r])
+			}
+			var total float64
+			og := out[(g*rows+r)*dv:][:dv]
+			for i := range parts {
+				t := g*parts + i
+				c := float32(math.Exp(float64(ml[t*rows*2+r] - big)))
+				total += float64(c) * float64(ml[t*rows*2+rows+r])
+				for j, v := range o[(t*rows+r)*dv:][:dv] {
+					og[j] += c * v
+				}
+			}
+			inv := float32(1 / total)
+			for j := range og {
+				og[j] *= inv
+			}
+		}
+	}
 }
 
 // bf16Part returns a part of attend's keys or values: its bits when it is a compact

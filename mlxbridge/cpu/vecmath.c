@@ -135,6 +135,21 @@ void inloop_softmax_causal_rows(float *p, size_t rows, size_t d, size_t first_li
 	}
 }
 
+// One piece of attention rows for a split decode step: p[0:n] = e^(p·scale − m) in
+// place, m the row's largest scaled score (0 when all are −inf, as above) and l the
+// sum, left unnormalized for the pieces to be put together.
+MULTIVERSION
+void inloop_softmax_part(float *p, size_t rows, size_t ld, size_t n, float scale, float *m, float *l) {
+	for (size_t r = 0; r < rows; r++) {
+		float *row = p + r * ld;
+		for (size_t j = 0; j < n; j++) row[j] *= scale;
+		float mx = row_max(row, n);
+		if (isinf(mx) && mx < 0) mx = 0;
+		m[r] = mx;
+		l[r] = (float)exp_sum(row, row, mx, n);
+	}
+}
+
 MULTIVERSION
 void inloop_logsumexp_rows(float *out, const float *x, size_t rows, size_t d) {
 	float scratch[1024];

@@ -84,6 +84,16 @@ func softmaxCausalRows(p []float32, rows, d, firstLimit int, scale float32) {
 	C.inloop_softmax_causal_rows(cf(p), C.size_t(rows), C.size_t(d), C.size_t(firstLimit), C.float(scale))
 }
 
+// softmaxPart is one piece of a row's softmax for a split decode step, in place:
+// p[r·ld + j] = e^(p[r·ld + j]·scale − m[r]) for j < n, with m[r] the row's largest scaled
+// score and l[r] the sum of its n values (inloop_softmax_part).
+func softmaxPart(p []float32, rows, ld, n int, scale float32, m, l []float32) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	C.inloop_softmax_part(cf(p), C.size_t(rows), C.size_t(ld), C.size_t(n), C.float(scale), cf(m), cf(l))
+}
+
 // attendScores sets p[r·ld+j] = q_r·k_j for the rows of q (rows, d) and keys of k (s, d).
 func attendScores(p []float32, ld int, q []float32, rows, d int, k []float32, s int) {
 	if rows == 0 || s == 0 {

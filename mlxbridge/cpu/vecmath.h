@@ -14,6 +14,7 @@ void inloop_xent_grad_rows(float *out, const float *x, const float *lse, const f
 void inloop_silu(float *y, const float *x, size_t n);
 void inloop_sigmoid(float *y, const float *x, size_t n);
 void inloop_silu_grad(float *y, const float *x, size_t n);
+void inloop_softmax_part(float *p, size_t rows, size_t ld, size_t n, float scale, float *m, float *l);
 void inloop_attend_scores(float *p, size_t ld, const float *q, size_t rows, size_t d, const float *k, size_t s);
 void inloop_attend_values(float *out, size_t rows, size_t dv, const float *p, size_t ld, const float *v, size_t s);
 void inloop_attend_quant_scores(float *p, size_t ld, const float *q, const float *qsum, size_t rows, size_t dp,

@@ -3,6 +3,8 @@ package cpu
 import (
 	"math"
 	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
 )
 
 func TestVecExp(t *testing.T) {
@@ -119,6 +121,62 @@ func TestAdamForms(t *testing.T) {
 					if po[i] != wp[i] || mo[i] != wm[i] || vo[i] != wv[i] {
 						t.Fatalf("level %d, n %d, moments %v, [%d]: p %v m %v v %v, want %v %v %v", level, n, moments, i, po[i], mo[i], vo[i], wp[i], wm[i], wv[i])
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttendSplitMatchesWhole runs decode steps with each group's positions cut into
+// pieces (2 to 5, whatever the cores here) against the same steps over whole groups:
+// float32, bfloat16 and quantized first parts, cuts inside parts and on their edges,
+// a piece past the end, and a NaN key (it must reach every output of its group).
+func TestAttendSplitMatchesWhole(t *testing.T) {
+	be := New()
+	defer func() { forceSplits = 0 }()
+	q := randArray(be, 1, 1, 6, 1, 64)
+	k0, v0 := randArray(be, 2, 1, 3, 600, 64), randArray(be, 3, 1, 3, 600, 64)
+	k1, v1 := randArray(be, 4, 1, 3, 300, 64), randArray(be, 5, 1, 3, 300, 64)
+	k2, v2 := randArray(be, 6, 1, 3, 7, 64), randArray(be, 7, 1, 3, 7, 64)
+	kw, ksc, kb := mx.Quantize(k0, 64, 4)
+	vw, vsc, vb := mx.Quantize(v0, 64, 4)
+	kq, vq := mx.QuantizedKV{W: kw, Scales: ksc, Biases: kb}, mx.QuantizedKV{W: vw, Scales: vsc, Biases: vb}
+	nanKey := mx.Full(be, []int{1, 1, 1, 64}, float32(math.NaN()), mx.Float32)
+	kn := mx.Concatenate([]*mx.Array{mx.SliceAxis(k2, 1, 0, 1), nanKey}, 2) // the NaN in the first group only
+	kn = mx.Concatenate([]*mx.Array{kn, mx.SliceAxis(mx.Concatenate([]*mx.Array{k2, mx.SliceAxis(k2, 2, 0, 1)}, 2), 1, 1, 3)}, 1)
+	vn := mx.Concatenate([]*mx.Array{v2, mx.SliceAxis(v2, 2, 0, 1)}, 2)
+	h0, hv0 := mx.Compact(mx.AsType(k0, mx.BFloat16)), mx.Compact(mx.AsType(v0, mx.BFloat16))
+	for _, c := range []struct {
+		name string
+		f    func() *mx.Array
+	}{
+		{"float32", func() *mx.Array { return mx.AttendParts(q, []*mx.Array{k0, k1, k2}, []*mx.Array{v0, v1, v2}, 0.125) }},
+		{"bfloat16", func() *mx.Array { return mx.AttendParts(q, []*mx.Array{h0, k1}, []*mx.Array{hv0, v1}, 0.125) }},
+		{"quantized", func() *mx.Array {
+			return mx.AttendQuantized(q, kq, vq, 64, 4, []*mx.Array{k1, k2}, []*mx.Array{v1, v2}, 0.125)
+		}},
+		{"nan key", func() *mx.Array { return mx.AttendParts(q, []*mx.Array{k1, kn}, []*mx.Array{v1, vn}, 0.125) }},
+	} {
+		forceSplits = 0
+		whole, err := c.f().Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for parts := 2; parts <= 5; parts++ {
+			forceSplits = parts
+			got, err := c.f().Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range whole {
+				if c.name == "nan key" && i < 2*64 { // the first group's two heads
+					if !math.IsNaN(float64(got[i])) || !math.IsNaN(float64(w)) {
+						t.Fatalf("%s, %d pieces: output %d is %v (whole: %v), want NaN", c.name, parts, i, got[i], w)
+					}
+					continue
+				}
+				if d := math.Abs(float64(got[i] - w)); d > 1e-5*(1+math.Abs(float64(w))) || math.IsNaN(float64(got[i])) {
+					t.Fatalf("%s, %d pieces: output %d is %v, whole groups give %v", c.name, parts, i, got[i], w)
 				}
 			}
 		}
