@@ -226,6 +226,7 @@ func (s *suite) reference(t *testing.T) {
 		{6, 3, 1, 32, 32, 2, 9, nil},
 		{2, 1, 1, 64, 32, 4, 1300, []int{7}},
 		{3, 1, 1, 20, 32, 8, 50, []int{4}},       // a head off the 8-lane width
+		{3, 1, 1, 20, 32, 4, 50, []int{4}},       // the same at 4 bits
 		{16, 8, 1, 128, 64, 4, 100, []int{5}},    // Qwen3's heads
 		{16, 8, 1, 128, 64, 8, 70, []int{16, 1}}, // with its 8-bit cache
 	} {

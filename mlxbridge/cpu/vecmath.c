@@ -511,14 +511,22 @@ void inloop_attend_quant_values(float *restrict out, size_t rows, size_t dv, con
 	size_t groups = dp / group, words = dp * bits / 32;
 	for (size_t j0 = 0; j0 < n; j0 += QBLOCK) {
 		size_t nb = n - j0 < QBLOCK ? n - j0 : QBLOCK;
-		for (size_t t = 0; t < nb; t++) { // in order: a row's unpacking may run up to 7 values into the next
+		for (size_t t = 0; t < nb; t++) { // in order: a row's last vector may run up to 7 values into the next
 			size_t j = j0 + t;
 			float *row = tmp + t * dv;
-			unpack_row(row, w + j * words, (dv + 7) / 8 * 8, bits);
+			const uint8_t *bytes = (const uint8_t *)(w + j * words);
 			for (size_t g = 0; g * group < dv; g++) {
 				float sg = s[j * groups + g], bg = b[j * groups + g];
 				size_t end = (g + 1) * group < dv ? (g + 1) * group : dv;
-				for (size_t i = g * group; i < end; i++) row[i] = sg * row[i] + bg;
+				if (bits == 8) // one pass: the compiler vectorizes the conversion
+					for (size_t i = g * group; i < end; i++) row[i] = sg * (float)bytes[i] + bg;
+				else
+					for (size_t i = g * group; i < end; i += 8) {
+						v8f x;
+						unpack8(&x, w + j * words, i, bits);
+						x = sg * x + bg;
+						memcpy(row + i, &x, sizeof x);
+					}
 			}
 		}
 		values_block(out, rows, dv, p + j0, ld, tmp, nb, tmp, 0, 0);
