@@ -119,35 +119,36 @@ void inloop_softmax_rows(float *out, const float *x, size_t rows, size_t d) {
 	}
 }
 
+// row[0:n] = e^(row·scale − m) in place, m (set) the largest scaled score, or 0 when
+// all are −inf (a fully masked row then sums to 0, and 0/0 gives NaN as in MLX);
+// returns the sum.
+static inline __attribute__((always_inline)) double scaled_exp(float *row, size_t n, float scale, float *m) {
+	for (size_t j = 0; j < n; j++) row[j] *= scale;
+	float mx = row_max(row, n);
+	if (isinf(mx) && mx < 0) mx = 0;
+	*m = mx;
+	return exp_sum(row, row, mx, n);
+}
+
 // Attention rows: p[0:limit] = softmax(p[0:limit]·scale), p[limit:d] = 0 (the causal
 // mask), in place.
 MULTIVERSION
 void inloop_softmax_causal_rows(float *p, size_t rows, size_t d, size_t first_limit, float scale) {
 	for (size_t r = 0; r < rows; r++) {
-		float *row = p + r * d;
+		float *row = p + r * d, m;
 		size_t limit = first_limit + r < d ? first_limit + r : d;
-		for (size_t j = 0; j < limit; j++) row[j] *= scale;
-		float m = row_max(row, limit);
-		if (isinf(m) && m < 0) m = 0;
-		float inv = (float)(1.0 / exp_sum(row, row, m, limit));
+		float inv = (float)(1.0 / scaled_exp(row, limit, scale, &m));
 		for (size_t j = 0; j < limit; j++) row[j] *= inv;
 		for (size_t j = limit; j < d; j++) row[j] = 0;
 	}
 }
 
-// One piece of attention rows for a split decode step: p[0:n] = e^(p·scale − m) in
-// place, m the row's largest scaled score (0 when all are −inf, as above) and l the
-// sum, left unnormalized for the pieces to be put together.
+// One piece of attention rows for a split decode step: scaled_exp of each row's n
+// scores, its maximum in m and its sum in l, left unnormalized for the pieces to be
+// put together.
 MULTIVERSION
 void inloop_softmax_part(float *p, size_t rows, size_t ld, size_t n, float scale, float *m, float *l) {
-	for (size_t r = 0; r < rows; r++) {
-		float *row = p + r * ld;
-		for (size_t j = 0; j < n; j++) row[j] *= scale;
-		float mx = row_max(row, n);
-		if (isinf(mx) && mx < 0) mx = 0;
-		m[r] = mx;
-		l[r] = (float)exp_sum(row, row, mx, n);
-	}
+	for (size_t r = 0; r < rows; r++) l[r] = (float)scaled_exp(p + r * ld, n, scale, &m[r]);
 }
 
 MULTIVERSION
@@ -257,6 +258,19 @@ static inline void dot8x8(v8f *dots, const float *q, const float *k, size_t stri
 }
 
 
+// A bfloat16 as a float: its high half.
+static inline float bf16_float(uint16_t h) {
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+// Element i of v: a float, or a bfloat16 widened (HALF).
+static inline __attribute__((always_inline)) float elem_at(const void *v, size_t i, const int HALF) {
+	return HALF ? bf16_float(((const uint16_t *)v)[i]) : ((const float *)v)[i];
+}
+
 // Sixteen bfloat16 values at v as two vectors of floats: the even ones and the odd
 // ones. One load, a shift and a mask: a bfloat16 is a float's high half, and a
 // 32-bit lane holds an even value in its low half and an odd one in its high half
@@ -280,10 +294,10 @@ static inline __attribute__((always_inline)) void load16(v8f *x, v8f *y, const v
 }
 
 // Sixteen columns (c..c+16) of NR rows of out, plus Σ_j p[r·ld + j]·v_j over n
-// values (floats, or bfloat16 when HALF, summed as even and odd columns). NR is a constant where it is called, so
-// the loops unroll and the sums live in registers; with one or two rows, even and
-// odd positions keep sums of their own, so enough of them are in flight to hide
-// the adds' latency. Each position also prefetches the line at element pf + j·dv,
+// values (floats, or bfloat16 when HALF, summed as even and odd columns). NR is a
+// constant where it is called, so the loops unroll and the sums live in registers;
+// with one or two rows, even and odd positions keep sums of their own, so enough
+// of them are in flight to hide the adds' latency. Each position also prefetches the line at element pf + j·dv,
 // for the first npf positions: the same columns of the next block, so a block's
 // prefetches spread over its passes instead of stalling in a burst.
 static inline __attribute__((always_inline)) void values_cols(float *restrict out, size_t dv, const float *restrict p,
@@ -364,15 +378,7 @@ static inline __attribute__((always_inline)) void values_block(float *restrict o
 		for (size_t j = 0; j < n && d16 < dv; j++)
 			for (size_t r = 0; r < nr; r++) {
 				float pj = pr[r * ld + j];
-				for (size_t c = d16; c < dv; c++) {
-					float x;
-					if (HALF) {
-						uint32_t u = (uint32_t)((const uint16_t *)v)[j * dv + c] << 16;
-						memcpy(&x, &u, 4);
-					} else
-						x = ((const float *)v)[j * dv + c];
-					o[r * dv + c] += pj * x;
-				}
+				for (size_t c = d16; c < dv; c++) o[r * dv + c] += pj * elem_at(v, j * dv + c, HALF);
 			}
 	}
 }
@@ -541,17 +547,6 @@ enum { BF16_BLOCK = 16 };
 // 64·d floats (bf16Block on the Go side), so up to 64 rows.
 enum { BF16_TMP = 64 };
 
-static inline float bf16_float(uint16_t h) {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-// Element i of k: a float, or a bfloat16 widened (HALF).
-static inline __attribute__((always_inline)) float key_at(const void *k, size_t i, const int HALF) {
-	return HALF ? bf16_float(((const uint16_t *)k)[i]) : ((const float *)k)[i];
-}
 #ifndef PFH
 #define PFH 2048
 #endif
@@ -560,15 +555,9 @@ static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src,
 	size_t i = 0;
 	for (; i + 32 <= n; i += 32) {
 		__builtin_prefetch(src + i + PFH, 0, 3);
-		for (size_t e = i; e < i + 32; e++) {
-			uint32_t u = (uint32_t)src[e] << 16;
-			memcpy(dst + e, &u, 4);
-		}
+		for (size_t e = i; e < i + 32; e++) dst[e] = bf16_float(src[e]);
 	}
-	for (; i < n; i++) {
-		uint32_t u = (uint32_t)src[i] << 16;
-		memcpy(dst + i, &u, 4);
-	}
+	for (; i < n; i++) dst[i] = bf16_float(src[i]);
 }
 
 // Eight dot products of row qr of the queries with keys kj, kj + d, …: floats (dot8x8),
@@ -576,13 +565,13 @@ static inline void widen_bf16(float *restrict dst, const uint16_t *restrict src,
 // their odd ones (see scores), every key widened in registers as it is read.
 static inline __attribute__((always_inline)) void dots8(v8f *sum, const float *restrict qr, const void *restrict kj,
                                                         size_t d, const int HALF) {
-	size_t dv = HALF ? d / 16 * 16 : d / 8 * 8;
+	size_t dn = HALF ? d / 16 * 16 : d / 8 * 8; // the vectorized part of d
 	if (!HALF)
-		dot8x8(sum, qr, kj, d, 0, dv);
+		dot8x8(sum, qr, kj, d, 0, dn);
 	else {
 		const uint16_t *kh = kj;
 		v8f acc[8] = {0};
-		for (size_t e = 0; e < dv; e += 16) {
+		for (size_t e = 0; e < dn; e += 16) {
 			v8f qe, qo;
 			LOAD8(qe, qr + e);
 			LOAD8(qo, qr + e + 8);
@@ -594,8 +583,8 @@ static inline __attribute__((always_inline)) void dots8(v8f *sum, const float *r
 		}
 		sum8(sum, acc);
 	}
-	for (size_t e = dv; e < d; e++)
-		for (int t = 0; t < 8; t++) (*sum)[t] += qr[e] * key_at(kj, t * d + e, HALF);
+	for (size_t e = dn; e < d; e++)
+		for (int t = 0; t < 8; t++) (*sum)[t] += qr[e] * elem_at(kj, t * d + e, HALF);
 }
 
 // scores: p[r·ld + j] = q_r·k_j for rows r of q (rows, d) and keys j of k (s, d),
@@ -622,7 +611,7 @@ static inline __attribute__((always_inline)) void scores(float *restrict p, size
 	for (; j < s; j++)
 		for (size_t r = 0; r < rows; r++) {
 			float acc = 0;
-			for (size_t e = 0; e < d; e++) acc += q[r * d + e] * key_at(k, j * d + e, HALF);
+			for (size_t e = 0; e < d; e++) acc += q[r * d + e] * elem_at(k, j * d + e, HALF);
 			p[r * ld + j] = acc;
 		}
 }
