@@ -342,18 +342,13 @@ func (a *attendArgs) scores(sc *attendScratch, g, lo, hi int, p []float32, ld in
 		n := min(hi, a.s0) - lo
 		attendQuantScores(p, ld, sc.qp, sc.qsum, rows, dp, kq.group, kq.bits, w[lo*kq.words:], sv[lo*gs:], bv[lo*gs:], n, sc.tmp)
 	}
-	off := a.s0
-	for i, n := range a.sz {
-		if from, to := max(lo, off), min(hi, off+n); from < to {
-			at, pp := g*n+from-off, p[from-lo:]
-			if a.kh[i] != nil {
-				attendBF16Scores(pp, ld, qg, rows, d, a.kh[i][at*d:], to-from, sc.ht)
-			} else {
-				attendScores(pp, ld, qg, rows, d, a.kf[i][at*d:], to-from)
-			}
+	a.exactParts(g, lo, hi, p, func(i, at, n int, pp []float32) {
+		if a.kh[i] != nil {
+			attendBF16Scores(pp, ld, qg, rows, d, a.kh[i][at*d:], n, sc.ht)
+		} else {
+			attendScores(pp, ld, qg, rows, d, a.kf[i][at*d:], n)
 		}
-		off += n
-	}
+	})
 }
 
 // values adds Σ_j p[r·ld + j − lo]·v_j over positions j in [lo, hi) to group g's rows
@@ -365,15 +360,23 @@ func (a *attendArgs) values(sc *attendScratch, g, lo, hi int, p []float32, ld in
 		gs := vq.dp / vq.group
 		attendQuantValues(og, rows, dv, p, ld, vq.dp, vq.group, vq.bits, w[lo*vq.words:], sv[lo*gs:], bv[lo*gs:], min(hi, a.s0)-lo, sc.tmp)
 	}
+	a.exactParts(g, lo, hi, p, func(i, at, n int, pp []float32) {
+		if a.vh[i] != nil {
+			attendBF16Values(og, rows, dv, pp, ld, a.vh[i][at*dv:], n)
+		} else {
+			attendValues(og, rows, dv, pp, ld, a.vf[i][at*dv:], n)
+		}
+	})
+}
+
+// exactParts calls f for each exact part i holding positions of [lo, hi): its n
+// positions there, from row at of the part's flat (group, position) rows, and the
+// slice of p (laid out from position lo) that they use.
+func (a *attendArgs) exactParts(g, lo, hi int, p []float32, f func(i, at, n int, pp []float32)) {
 	off := a.s0
 	for i, n := range a.sz {
 		if from, to := max(lo, off), min(hi, off+n); from < to {
-			at, pp := g*n+from-off, p[from-lo:]
-			if a.vh[i] != nil {
-				attendBF16Values(og, rows, dv, pp, ld, a.vh[i][at*dv:], to-from)
-			} else {
-				attendValues(og, rows, dv, pp, ld, a.vf[i][at*dv:], to-from)
-			}
+			f(i, g*n+from-off, to-from, p[from-lo:])
 		}
 		off += n
 	}
@@ -434,17 +437,18 @@ func (a *attendArgs) split(out []float32, groups, parts int, scale float32) {
 		}
 	})
 	for g := range groups {
+		pieces := ml[g*parts*rows*2:][:parts*rows*2] // piece i's maxima at i·2·rows, its sums rows on
 		for r := range rows {
 			big := float32(math.Inf(-1))
 			for i := range parts {
-				big = max(big, ml[((g*parts+i)*2)*rows+r])
+				big = max(big, pieces[i*rows*2+r])
 			}
 			var total float64
 			og := out[(g*rows+r)*dv:][:dv]
 			for i := range parts {
 				t := g*parts + i
-				c := float32(math.Exp(float64(ml[t*rows*2+r] - big)))
-				total += float64(c) * float64(ml[t*rows*2+rows+r])
+				c := float32(math.Exp(float64(pieces[i*rows*2+r] - big)))
+				total += float64(c) * float64(pieces[i*rows*2+rows+r])
 				for j, v := range o[(t*rows+r)*dv:][:dv] {
 					og[j] += c * v
 				}
