@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	mx "github.com/inloop/inloop/mlxbridge"
+	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/par"
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/qmm"
 	"github.com/inloop/inloop/mlxbridge/safetensors"
@@ -34,6 +35,10 @@ func New() *Backend {
 }
 
 func (*Backend) Name() string { return "cpu" }
+
+// Describe is one line for logs and `inloop doctor`: the backend and the BLAS it
+// multiplies with, whose kernels decide how fast training and prefill run.
+func (*Backend) Describe() string { return "cpu (" + blas.Describe() + ")" }
 
 // buf holds an array's data. Exactly one slice is used, chosen by dtype: f for the
 // float dtypes (Float16/BFloat16 values are kept rounded to their precision), i for
