@@ -46,7 +46,7 @@ func (l *Linear) Forward(x *mx.Array) *mx.Array {
 		y = mx.Add(y, l.Bias)
 	}
 	for _, lo := range l.adapters {
-		y = mx.Add(y, lo.Forward(x))
+		y = lo.AddTo(y, x)
 	}
 	return y
 }

@@ -36,6 +36,16 @@ func (l *LoRA) Forward(x *mx.Array) *mx.Array {
 	return z
 }
 
+// AddTo returns y + Forward(x), the layer's output with the update added. A
+// float32 update with no dropout is mx.AddLowRank, which a backend may fuse
+// while decoding.
+func (l *LoRA) AddTo(y, x *mx.Array) *mx.Array {
+	if l.Drop == nil && x.DType() == mx.Float32 && y.DType() == mx.Float32 {
+		return mx.AddLowRank(y, x, l.A, l.B, l.Scale)
+	}
+	return mx.Add(y, l.Forward(x))
+}
+
 // Linears calls fn on every Linear of the model with its checkpoint path
 // ("model.layers.3.self_attn.q_proj"), layers in order.
 func (m *Model) Linears(fn func(path string, l *Linear)) {

@@ -206,6 +206,11 @@ type (
 	CrossEntropyGrader interface {
 		CrossEntropyGrad(x, lse, targets, g *Array) (Handle, error)
 	}
+	// LowRankAdder computes AddLowRank in one pass for float32 arrays and a few
+	// rows of x: y (..., N) + scale·(x (..., K) @ a (K, R)) @ b (R, N).
+	LowRankAdder interface {
+		AddLowRank(y, x, a, b *Array, scale float32) (Handle, error)
+	}
 	// Grader is implemented by backends with their own autodiff (MLX).
 	Grader interface {
 		ValueAndGrad(f func(params []*Array) []*Array, params []*Array) (outs, grads []*Array, err error)

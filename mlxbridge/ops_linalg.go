@@ -66,6 +66,54 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 	}, a, b)
 }
 
+// lowRankRows is the most rows of x AddLowRank hands to a fused kernel: a
+// decode step's one row, or a few. Past it the two products run as GEMMs.
+const lowRankRows = 8
+
+// AddLowRank returns y + scale·(x @ a) @ b: a LoRA update added to the output y
+// (..., N) of a layer whose input is x (..., K), with a (K, R) and b (R, N).
+// Where nothing is traced, every array is float32 and x has at most a few rows
+// (decoding), a backend with a fused kernel (LowRankAdder) computes it in one
+// op; otherwise it is the ops it names, in that order, gradients included.
+func AddLowRank(y, x, a, b *Array, scale float32) *Array {
+	if fusesLowRank(y, x, a, b) {
+		if f, ok := x.b.(LowRankAdder); ok {
+			h, err := f.AddLowRank(y, x, a, b, scale)
+			keepAlive(y, x, a, b)
+			return newArray("add_low_rank", x.b, h, err, clone(y.shape), Float32)
+		}
+	}
+	return Add(y, MulScalar(Matmul(Matmul(x, a), b), scale))
+}
+
+// fusesLowRank reports whether AddLowRank's arrays suit the fused kernel: valid,
+// on one backend, float32, untraced, of matching shapes with no broadcast, and
+// x of at most lowRankRows rows.
+func fusesLowRank(y, x, a, b *Array) bool {
+	if check("add_low_rank", y, x, a, b) != nil || traced(y, x, a, b) {
+		return false
+	}
+	for _, v := range []*Array{y, x, a, b} {
+		if v.dtype != Float32 {
+			return false
+		}
+	}
+	if len(x.shape) < 1 || len(a.shape) != 2 || len(b.shape) != 2 || len(y.shape) != len(x.shape) {
+		return false
+	}
+	k := x.shape[len(x.shape)-1]
+	if k == 0 || a.shape[0] != k || a.shape[1] != b.shape[0] || a.shape[1] == 0 || y.shape[len(y.shape)-1] != b.shape[1] {
+		return false
+	}
+	for i := range len(x.shape) - 1 {
+		if y.shape[i] != x.shape[i] {
+			return false
+		}
+	}
+	rows := x.Size() / k
+	return rows >= 1 && rows <= lowRankRows && y.Size() > 0
+}
+
 func tmark(t bool) string {
 	if t {
 		return "ᵀ"

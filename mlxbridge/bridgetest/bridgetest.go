@@ -20,6 +20,7 @@ func Run(t *testing.T, b mx.Backend) {
 	s := &suite{b: b}
 	t.Run("Values", s.values)
 	t.Run("Reference", s.reference)
+	t.Run("LowRank", s.lowRank)
 	t.Run("Gradients", s.gradients)
 	t.Run("CrossEntropyFused", s.crossEntropyFused)
 	t.Run("Checkpoints", s.checkpoints)

@@ -62,6 +62,7 @@ func (s *suite) gradCases() []gradCase {
 		{"matmul aᵀ", [][]int{{2, 4, 3}, {2, 4, 5}}, two(func(a, b *mx.Array) *mx.Array { return mx.MatmulT(a, b, true, false) }), false},
 		{"matmul bᵀ", [][]int{{3, 4}, {2, 5, 4}}, two(func(a, b *mx.Array) *mx.Array { return mx.MatmulT(a, b, false, true) }), false},
 		{"matmul aᵀbᵀ", [][]int{{4, 3}, {5, 4}}, two(func(a, b *mx.Array) *mx.Array { return mx.MatmulT(a, b, true, true) }), false},
+		{"add_low_rank", [][]int{{1, 2, 5}, {1, 2, 4}, {4, 3}, {3, 5}}, func(x []*mx.Array) *mx.Array { return mx.AddLowRank(x[0], x[1], x[2], x[3], 1.5) }, false},
 		{"reshape", [][]int{{2, 6}}, one(func(x *mx.Array) *mx.Array { return mx.Reshape(x, 3, 4) }), false},
 		{"transpose", [][]int{{2, 3, 4}}, one(func(x *mx.Array) *mx.Array { return mx.Transpose(x, 1, 2, 0) }), false},
 		{"broadcast", [][]int{{3, 1}}, one(func(x *mx.Array) *mx.Array { return mx.Broadcast(x, []int{2, 3, 4}) }), false},

@@ -344,3 +344,49 @@ func sdpaRef(q, k, v []float64, mask *mx.Array, t *testing.T, b, hq, hkv, l, sl,
 	}
 	return out
 }
+
+// lowRank checks AddLowRank, y + scale·(x·a)·b, against float64 sums: one row
+// and a few (where a backend may fuse it), more rows, ranks below, at and past
+// eight and not a multiple of it, inner sizes off a multiple of four, and an
+// output of one broadcast over the rows.
+func (s *suite) lowRank(t *testing.T) {
+	cases := []struct{ rows, k, r, n int }{
+		{1, 576, 8, 1536}, {1, 7, 1, 3}, {1, 1, 8, 1}, {3, 13, 5, 9}, {2, 30, 16, 17},
+		{8, 9, 21, 33}, {1, 64, 64, 40}, {9, 10, 8, 11}, {40, 12, 3, 6},
+	}
+	for i, c := range cases {
+		name := fmt.Sprintf("add_low_rank %d×%d r%d →%d", c.rows, c.k, c.r, c.n)
+		seed := uint64(300 + 4*i)
+		x, y := s.randn(seed, 1, c.rows, c.k), s.randn(seed+1, 1, c.rows, c.n)
+		a, b := s.randn(seed+2, c.k, c.r), s.randn(seed+3, c.r, c.n)
+		xv, yv, av, bv := get(t, x), get(t, y), get(t, a), get(t, b)
+		const scale = 0.75
+		want := make([]float64, c.rows*c.n)
+		for row := range c.rows {
+			for o := range c.n {
+				var sum float64
+				for j := range c.r {
+					var xa float64
+					for p := range c.k {
+						xa += xv[row*c.k+p] * av[p*c.r+j]
+					}
+					sum += xa * bv[j*c.n+o]
+				}
+				want[row*c.n+o] = yv[row*c.n+o] + scale*sum
+			}
+		}
+		expect(t, name, mx.AddLowRank(y, x, a, b, scale), []int{1, c.rows, c.n}, want, 1e-4, 1e-4)
+		// y broadcast over the rows: the composed ops on every backend.
+		y1 := mx.Slice(y, []int{0, 0, 0}, []int{1, 1, c.n})
+		for row := range c.rows {
+			for o := range c.n {
+				want[row*c.n+o] += yv[o] - yv[row*c.n+o]
+			}
+		}
+		expect(t, name+" broadcast y", mx.AddLowRank(y1, x, a, b, scale), []int{1, c.rows, c.n}, want, 1e-4, 1e-4)
+	}
+	// A wrong shape is an error, not a fused guess.
+	if err := mx.AddLowRank(s.randn(1, 1, 4), s.randn(2, 1, 3), s.randn(3, 4, 2), s.randn(4, 2, 4), 1).Err(); err == nil {
+		t.Error("add_low_rank with x 3 wide and a 4 tall: no error")
+	}
+}

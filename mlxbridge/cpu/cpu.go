@@ -350,4 +350,5 @@ var (
 	_ mx.QuantizedAttender   = (*Backend)(nil)
 	_ mx.CrossEntropyGrader  = (*Backend)(nil)
 	_ mx.RMSNormGrader       = (*Backend)(nil)
+	_ mx.LowRankAdder        = (*Backend)(nil)
 )

@@ -654,3 +654,69 @@ void inloop_attend_bf16_values(float *restrict out, size_t rows, size_t dv, cons
                                const uint16_t *restrict v, size_t s) {
 	values(out, rows, dv, p, ld, v, s, 1);
 }
+
+// out = y + scale·(x·a)·b for rows of x (k wide), a (k, r) and b (r, n): a LoRA
+// update added to a layer's output while decoding, in one call where the ops
+// would be four. x·a runs eight ranks at a time, summed in four sets of
+// registers (a(p, j) for p = 0, 1, 2, 3 mod 4) so the adds do not wait on each
+// other; then out gathers the eight ranks' rows of b, weighted by those sums,
+// in one pass.
+static inline __attribute__((always_inline)) void low_rank_t8(float *restrict t, const float *restrict x, size_t k,
+                                                               const float *restrict a, size_t r) {
+	v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, v0, v1, v2, v3;
+	size_t p = 0;
+	for (; p + 4 <= k; p += 4) {
+		const float *a0 = a + p * r;
+		LOAD8(v0, a0);
+		LOAD8(v1, a0 + r);
+		LOAD8(v2, a0 + 2 * r);
+		LOAD8(v3, a0 + 3 * r);
+		s0 += x[p] * v0;
+		s1 += x[p + 1] * v1;
+		s2 += x[p + 2] * v2;
+		s3 += x[p + 3] * v3;
+	}
+	for (; p < k; p++) {
+		LOAD8(v0, a + p * r);
+		s0 += x[p] * v0;
+	}
+	v0 = (s0 + s1) + (s2 + s3);
+	memcpy(t, &v0, sizeof v0);
+}
+
+MULTIVERSION_FMA
+void inloop_add_low_rank(float *restrict out, const float *restrict y, const float *restrict x, size_t rows,
+                         size_t k, const float *restrict a, size_t r, const float *restrict b, size_t n,
+                         float scale) {
+	for (size_t i = 0; i < rows; i++) {
+		const float *xi = x + i * k;
+		float *o = out + i * n;
+		for (size_t c = 0; c < n; c++) o[c] = 0;
+		size_t j0 = 0;
+		for (; j0 < r; j0 += 8) {
+			float t[8];
+			size_t nr = r - j0 < 8 ? r - j0 : 8;
+			if (nr == 8) {
+				low_rank_t8(t, xi, k, a + j0, r);
+			} else {
+				for (size_t j = 0; j < nr; j++) {
+					float sj = 0;
+					for (size_t p = 0; p < k; p++) sj += xi[p] * a[p * r + j0 + j];
+					t[j] = sj;
+				}
+			}
+			const float *bj = b + j0 * n;
+			if (nr == 8) { // one pass over out for all eight ranks
+				for (size_t c = 0; c < n; c++)
+					o[c] += ((t[0] * bj[c] + t[1] * bj[n + c]) + (t[2] * bj[2 * n + c] + t[3] * bj[3 * n + c])) +
+					        ((t[4] * bj[4 * n + c] + t[5] * bj[5 * n + c]) +
+					         (t[6] * bj[6 * n + c] + t[7] * bj[7 * n + c]));
+				continue;
+			}
+			for (size_t j = 0; j < nr; j++)
+				for (size_t c = 0; c < n; c++) o[c] += t[j] * bj[j * n + c];
+		}
+		const float *yi = y + i * n;
+		for (size_t c = 0; c < n; c++) o[c] = yi[c] + o[c] * scale;
+	}
+}

@@ -156,3 +156,8 @@ func attendBF16Values(out []float32, rows, dv int, p []float32, ld int, v []uint
 	}
 	C.inloop_attend_bf16_values(cf(out), C.size_t(rows), C.size_t(dv), cf(p), C.size_t(ld), cu16(v), C.size_t(s))
 }
+
+// addLowRank is out = y + scale·(x·a)·b for rows of x (k), a (k, r), b (r, n).
+func addLowRank(out, y, x []float32, rows, k int, a []float32, r int, b []float32, n int, scale float32) {
+	C.inloop_add_low_rank(cf(out), cf(y), cf(x), C.size_t(rows), C.size_t(k), cf(a), C.size_t(r), cf(b), C.size_t(n), C.float(scale))
+}

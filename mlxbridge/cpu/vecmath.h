@@ -30,3 +30,5 @@ void inloop_attend_bf16_values(float *out, size_t rows, size_t dv, const float *
 void inloop_adam(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
                  size_t n, const float *k);
 void inloop_adam_limit(int level);
+void inloop_add_low_rank(float *out, const float *y, const float *x, size_t rows, size_t k, const float *a, size_t r,
+                         const float *b, size_t n, float scale);
