@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,15 +179,9 @@ func decodeSteps(b *testing.B, s *Session, logits *mx.Array, n int) time.Duratio
 // bestDecode is the best time per token, over b.N runs, of n greedy tokens decoded
 // after a fresh session's 16-token prompt.
 func bestDecode(b *testing.B, m *Model, n int) time.Duration {
-	prompt := tokenSeq(16, m.cfg.VocabSize, 1)
 	per := time.Duration(math.MaxInt64)
 	for range b.N {
-		s := NewSession(m)
-		logits, _, err := s.Prefill(prompt)
-		if err != nil {
-			b.Fatal(err)
-		}
-		per = min(per, decodeSteps(b, s, logits, n))
+		per = min(per, decodeOnce(b, m, n))
 	}
 	return per
 }
@@ -231,6 +226,54 @@ func BenchmarkDecodeInt8(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkDecodeAdapted is what an adapter costs while decoding: the 4-bit
+// models with and without a rank-8 LoRA on every linear layer of every block
+// (a fine-tune's adapter, or the chat's corrections), alternating on the same
+// model in one run, best of b.N each.
+func BenchmarkDecodeAdapted(b *testing.B) {
+	for _, p := range benchPresets {
+		b.Run(p.name+"/q4", func(b *testing.B) {
+			m := benchModel(b, p.name, p.cfg, 4)
+			loras := map[string]LoRA{}
+			var i uint64
+			m.Linears(func(path string, l *Linear) {
+				if strings.HasPrefix(path, "model.layers.") {
+					i++
+					a := mx.MulScalar(mx.RandomNormal(2*i, l.In, 8), 0.01)
+					loras[path] = LoRA{A: a, B: mx.MulScalar(mx.RandomNormal(2*i+1, 8, l.Out), 0.01), Scale: 20}
+				}
+			})
+			ad := NewAdapter("bench", loras)
+			plain, adapted := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+			b.ResetTimer()
+			for range b.N {
+				plain = min(plain, decodeOnce(b, m, 64))
+				if _, err := m.PushAdapter(ad); err != nil {
+					b.Fatal(err)
+				}
+				adapted = min(adapted, decodeOnce(b, m, 64))
+				if _, _, err := m.PopAdapter(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(1/plain.Seconds(), "plain-tok/s")
+			b.ReportMetric(1/adapted.Seconds(), "adapted-tok/s")
+			b.ReportMetric(plain.Seconds()/adapted.Seconds(), "adapted/plain")
+		})
+	}
+}
+
+// decodeOnce is the time per token of n greedy tokens after a fresh
+// session's 16-token prompt.
+func decodeOnce(b *testing.B, m *Model, n int) time.Duration {
+	s := NewSession(m)
+	logits, _, err := s.Prefill(tokenSeq(16, m.cfg.VocabSize, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return decodeSteps(b, s, logits, n)
 }
 
 func BenchmarkPrefill512(b *testing.B) {
