@@ -11,60 +11,137 @@
 
 #define TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma")))
 
-// R rows of W from row n.
-#define VNNI(BITS, R)                                                                          \
-	TARGET static void vnni_##BITS##_##R(const qmm_w *w, const int8_t *xq, const float *xsl,  \
-	                                     const float *xsum, int n, float *out) {              \
-		enum { S = 32 / BITS, V = 16 * S, XB = BITS == 4 ? 128 : 64 };                         \
-		int K = w->K, gs = w->group, G = K / gs, words = K * BITS / 32, nc = (K + V - 1) / V;  \
-		int gshift = __builtin_ctz(gs), gpc = V > gs ? V >> gshift : 1;                        \
-		__m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, \
-		    9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), gshift);                       \
-		const __m512i low = _mm512_set1_epi8(0x0f);                                            \
-		const char *ahead = pf_start(w, n, R, words, PF_DIST(BITS));                          \
-		pf_groups(w, n, R, G);                                                                 \
-		__m512 tot[R];                                                                         \
-		for (int r = 0; r < R; r++) tot[r] = _mm512_setzero_ps();                              \
-		for (int c = 0; c < nc; c++) {                                                         \
-			pf_chunk(ahead, c, R * 64, BITS == 8);                                             \
-			int left = words - 16 * c, g0 = (c * V) >> gshift, ng = G - g0 < gpc ? G - g0 : gpc; \
-			__m512 xs = _mm512_loadu_ps(xsl + 16 * c);                                         \
-			__m512i x0 = _mm512_loadu_si512(xq + (long)c * XB), x1 = x0;                       \
-			if (BITS == 4) x1 = _mm512_loadu_si512(xq + (long)c * XB + 64);                    \
-			for (int r = 0; r < R; r++) {                                                      \
-				const uint32_t *p = w->packed + (long)(n + r) * words + 16 * c;                \
-				__m512i v = left >= 16 ? _mm512_loadu_si512(p)                                 \
-				                       : _mm512_maskz_loadu_epi32((__mmask16)((1u << left) - 1), p); \
-				__m512i acc;                                                                   \
-				if (BITS == 4) {                                                               \
-					acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, low), x0); \
-					acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), x1); \
-				} else {                                                                       \
-					acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, x0);                  \
-				}                                                                              \
-				__m512 sv = chunk_scales(w->scales + (long)(n + r) * G + g0, gpc, ng, idx);    \
-				tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sv, xs), tot[r]); \
-			}                                                                                  \
-		}                                                                                      \
-		for (int r = 0; r < R; r++)                                                            \
-			out[n + r] = _mm512_reduce_add_ps(tot[r]) + dot512(w->biases + (long)(n + r) * G, xsum, G); \
+// sum + bias · Σx per group, added lane-wise: a row's G groups fill G lanes, so the row's
+// final reduction (sum4 or one reduce) takes the bias term with the integer sums.
+TARGET static inline __attribute__((always_inline)) __m512 add_bias_terms(__m512 sum, const float *b, const float *xsum, int G) {
+	int g = 0;
+	for (; g + 16 <= G; g += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(b + g), _mm512_loadu_ps(xsum + g), sum);
+	if (g < G) {
+		__mmask16 k = (__mmask16)((1u << (G - g)) - 1);
+		sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, b + g), _mm512_maskz_loadu_ps(k, xsum + g), sum);
+	}
+	return sum;
+}
+
+// The lane sums of four rows' accumulators, as one vector (a's in lane 0): 128-bit blocks
+// of two rows are added pairwise, then of all four, then within each block, so the four
+// reductions share their shuffles (about a quarter of four separate reductions' work).
+TARGET static inline __attribute__((always_inline)) __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+	// [a0+a2 a1+a3 b0+b2 b1+b3] with blocks numbered within each row
+	__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+	__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+	// block j: row j's four partial sums
+	__m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+	s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));
+	s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
+	// lane 4j holds row j's total
+	return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
+
+// The scales of a chunk's lanes, GPC groups' worth from s: one group broadcast, or two or four
+// spread to the lanes by idx. ng < GPC only in a row's final, partial chunk.
+#define LANE_SCALES(s, GPC, ng)                                                                      \
+	((GPC) == 1 ? _mm512_set1_ps(*(s))                                                               \
+	 : (ng) < (GPC) ? _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps((__mmask16)((1u << (ng)) - 1), s)) \
+	 : (GPC) == 2 ? _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(s))))) \
+	              : _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(s))))
+
+// One row's chunk: v's integer dot products with the chunk's activations (x0, and x1 for the
+// high nibbles; B is the weights' bits), scaled lane-wise by the weight groups' scales sv times the lanes' x scales xs,
+// added to t.
+#define ROW_CHUNK(t, v, sv)                                                                          \
+	do {                                                                                             \
+		__m512i acc_ = B == 4 ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, _mm512_and_si512(v, low), x0), \
+		                                               _mm512_and_si512(_mm512_srli_epi16(v, 4), low), x1) \
+		                         : _mm512_dpbusd_epi32(zero, v, x0);                                  \
+		t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc_), _mm512_mul_ps(sv, xs), t);                    \
+	} while (0)
+
+// Rows [n0, n1) of BITS-bit W in groups of GS, four rows at a time: every shape decision is
+// made once a call, full chunks run without masks or branches, and a row's partial final
+// chunk (K = 576 at 4 bits is four and a half) is the one masked step after them. The
+// accumulators of four rows are reduced together (sum4).
+#define VNNI(BITS, GS)                                                                               \
+	TARGET static void vnni_##BITS##_##GS(const qmm_w *w, const int8_t *xq, const float *xsl,       \
+	                                      const float *xsum, int n0, int n1, float *out) {           \
+		enum { B = BITS, S = 32 / B, V = 16 * S, XB = B == 4 ? 128 : 64, GPC = V > GS ? V / GS : 1 }; \
+		const int K = w->K, G = K / GS, words = K * BITS / 32, full = words / 16, left = words % 16; \
+		const int gt = full * V / GS, ngt = G - gt < GPC ? G - gt : GPC; /* the final chunk's groups */ \
+		const __mmask16 kt = (__mmask16)((1u << left) - 1);                                          \
+		const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, \
+		    8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), __builtin_ctz(GS));                \
+		const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();                   \
+		const uint32_t *packed = w->packed;                                                          \
+		const float *scales = w->scales, *biases = w->biases;                                        \
+		pf_first(w, n0, 4, words, G, PF_DIST(BITS));                                                 \
+		int n = n0;                                                                                  \
+		for (; n + 4 <= n1; n += 4) {                                                                \
+			const char *ahead = pf_start(w, n, 4, words, PF_DIST(BITS));                             \
+			pf_groups(w, n, 4, G);                                                                   \
+			const uint32_t *p = packed + (long)n * words;                                            \
+			const float *sc = scales + (long)n * G;                                                  \
+			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                              \
+			for (int c = 0; c < full; c++) {                                                         \
+				pf_chunk(ahead, c, 4 * 64, BITS == 8);                                               \
+				const __m512 xs = _mm512_loadu_ps(xsl + 16 * c);                                     \
+				const __m512i x0 = _mm512_loadu_si512(xq + (long)c * XB);                            \
+				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)c * XB + 64) : x0;      \
+				const int g = c * V / GS;                                                            \
+				const uint32_t *pc = p + 16 * c;                                                     \
+				ROW_CHUNK(t0, _mm512_loadu_si512(pc), LANE_SCALES(sc + g, GPC, GPC));               \
+				ROW_CHUNK(t1, _mm512_loadu_si512(pc + words), LANE_SCALES(sc + G + g, GPC, GPC));   \
+				ROW_CHUNK(t2, _mm512_loadu_si512(pc + 2 * words), LANE_SCALES(sc + 2 * G + g, GPC, GPC)); \
+				ROW_CHUNK(t3, _mm512_loadu_si512(pc + 3 * words), LANE_SCALES(sc + 3 * G + g, GPC, GPC)); \
+			}                                                                                        \
+			if (left) {                                                                              \
+				pf_chunk(ahead, full, 4 * 64, BITS == 8);                                            \
+				const __m512 xs = _mm512_loadu_ps(xsl + 16 * full);                                  \
+				const __m512i x0 = _mm512_loadu_si512(xq + (long)full * XB);                         \
+				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)full * XB + 64) : x0;   \
+				const uint32_t *pc = p + 16 * full;                                                  \
+				ROW_CHUNK(t0, _mm512_maskz_loadu_epi32(kt, pc), LANE_SCALES(sc + gt, GPC, ngt));    \
+				ROW_CHUNK(t1, _mm512_maskz_loadu_epi32(kt, pc + words), LANE_SCALES(sc + G + gt, GPC, ngt)); \
+				ROW_CHUNK(t2, _mm512_maskz_loadu_epi32(kt, pc + 2 * words), LANE_SCALES(sc + 2 * G + gt, GPC, ngt)); \
+				ROW_CHUNK(t3, _mm512_maskz_loadu_epi32(kt, pc + 3 * words), LANE_SCALES(sc + 3 * G + gt, GPC, ngt)); \
+			}                                                                                        \
+			const float *b = biases + (long)n * G;                                                   \
+			t0 = add_bias_terms(t0, b, xsum, G);                                                     \
+			t1 = add_bias_terms(t1, b + G, xsum, G);                                                 \
+			t2 = add_bias_terms(t2, b + 2 * G, xsum, G);                                             \
+			t3 = add_bias_terms(t3, b + 3 * G, xsum, G);                                             \
+			_mm_storeu_ps(out + n, sum4(t0, t1, t2, t3));                                            \
+		}                                                                                            \
+		for (; n < n1; n++) {                                                                        \
+			const uint32_t *p = packed + (long)n * words;                                            \
+			const float *sc = scales + (long)n * G;                                                  \
+			__m512 t0 = _mm512_setzero_ps();                                                         \
+			for (int c = 0; c < full; c++) {                                                         \
+				const __m512 xs = _mm512_loadu_ps(xsl + 16 * c);                                     \
+				const __m512i x0 = _mm512_loadu_si512(xq + (long)c * XB);                            \
+				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)c * XB + 64) : x0;      \
+				ROW_CHUNK(t0, _mm512_loadu_si512(p + 16 * c), LANE_SCALES(sc + c * V / GS, GPC, GPC)); \
+			}                                                                                        \
+			if (left) {                                                                              \
+				const __m512 xs = _mm512_loadu_ps(xsl + 16 * full);                                  \
+				const __m512i x0 = _mm512_loadu_si512(xq + (long)full * XB);                         \
+				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)full * XB + 64) : x0;   \
+				ROW_CHUNK(t0, _mm512_maskz_loadu_epi32(kt, p + 16 * full), LANE_SCALES(sc + gt, GPC, ngt)); \
+			}                                                                                        \
+			out[n] = _mm512_reduce_add_ps(add_bias_terms(t0, biases + (long)n * G, xsum, G));       \
+		}                                                                                            \
 	}
 
-VNNI(4, 4)
-VNNI(4, 1)
-VNNI(8, 4)
-VNNI(8, 1)
+VNNI(4, 32)
+VNNI(4, 64)
+VNNI(4, 128)
+VNNI(8, 32)
+VNNI(8, 64)
+VNNI(8, 128)
 
 void qmm_gemv_t_i8_vnni(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
                         int n0, int n1, float *out) {
-	int n = n0, words = w->K * w->bits / 32;
-	pf_first(w, n0, 4, words, w->K / w->group, PF_DIST(w->bits));
-	if (w->bits == 4) {
-		for (; n + 4 <= n1; n += 4) vnni_4_4(w, xq, xsl, xsum, n, out);
-		for (; n < n1; n++) vnni_4_1(w, xq, xsl, xsum, n, out);
-	} else {
-		for (; n + 4 <= n1; n += 4) vnni_8_4(w, xq, xsl, xsum, n, out);
-		for (; n < n1; n++) vnni_8_1(w, xq, xsl, xsum, n, out);
-	}
+	int g = w->group;
+	if (w->bits == 4) (g == 32 ? vnni_4_32 : g == 64 ? vnni_4_64 : vnni_4_128)(w, xq, xsl, xsum, n0, n1, out);
+	else (g == 32 ? vnni_8_32 : g == 64 ? vnni_8_64 : vnni_8_128)(w, xq, xsl, xsum, n0, n1, out);
 }
 #endif
