@@ -74,8 +74,77 @@
 				    dot512(w->biases + (long)(n + r) * G, xsum + m * G, G);                    \
 	}
 
+// Decoding's case (one row of x), four rows of W at a time, as the VNNI kernels (vnni.c) are
+// laid out: every shape decision made once a call, full chunks without masks or branches,
+// the partial final chunk as one masked step, the bias term folded into the lane sums and
+// four rows reduced together (sum4). Per chunk and row the arithmetic is GEMV512's.
+#define DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, g, ng)                                    \
+	do {                                                                                           \
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0; \
+		for (int i = 0; i < S; i++) {                                                              \
+			const __m512 xv = _mm512_loadu_ps(xp + (long)(c) * V + 16 * i);                         \
+			const __m512i m = _mm512_set1_epi32(((1 << B) - 1) << (B * i));                        \
+			__m512 q0 = _mm512_cvtepi32_ps(i == S - 1 ? _mm512_srli_epi32(v0, 32 - B) : _mm512_and_si512(v0, m)); \
+			__m512 q1 = _mm512_cvtepi32_ps(i == S - 1 ? _mm512_srli_epi32(v1, 32 - B) : _mm512_and_si512(v1, m)); \
+			__m512 q2 = _mm512_cvtepi32_ps(i == S - 1 ? _mm512_srli_epi32(v2, 32 - B) : _mm512_and_si512(v2, m)); \
+			__m512 q3 = _mm512_cvtepi32_ps(i == S - 1 ? _mm512_srli_epi32(v3, 32 - B) : _mm512_and_si512(v3, m)); \
+			if (i % 2 == 0) {                                                                      \
+				a0 = _mm512_fmadd_ps(q0, xv, a0), b0 = _mm512_fmadd_ps(q1, xv, b0);                \
+				c0 = _mm512_fmadd_ps(q2, xv, c0), d0 = _mm512_fmadd_ps(q3, xv, d0);                \
+			} else {                                                                               \
+				a1 = _mm512_fmadd_ps(q0, xv, a1), b1 = _mm512_fmadd_ps(q1, xv, b1);                \
+				c1 = _mm512_fmadd_ps(q2, xv, c1), d1 = _mm512_fmadd_ps(q3, xv, d1);                \
+			}                                                                                      \
+		}                                                                                          \
+		t0 = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), LANE_SCALES((sc) + (g), GPC, ng), t0);         \
+		t1 = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), LANE_SCALES((sc) + G + (g), GPC, ng), t1);     \
+		t2 = _mm512_fmadd_ps(_mm512_add_ps(c0, c1), LANE_SCALES((sc) + 2 * G + (g), GPC, ng), t2); \
+		t3 = _mm512_fmadd_ps(_mm512_add_ps(d0, d1), LANE_SCALES((sc) + 3 * G + (g), GPC, ng), t3); \
+	} while (0)
+
+#define DEC512(BITS, GS)                                                                           \
+	TARGET static void dec512_##BITS##_##GS(const qmm_w *w, const float *xp, const float *xsum,   \
+	                                        int n0, int n1, float *out) {                         \
+		enum { B = BITS, S = 32 / B, V = 16 * S, GPC = V > GS ? V / GS : 1 };                      \
+		const int K = w->K, G = K / GS, words = K * B / 32, full = words / 16, left = words % 16;  \
+		const int gt = full * V / GS, ngt = G - gt < GPC ? G - gt : GPC;                           \
+		const __mmask16 kt = (__mmask16)((1u << left) - 1);                                        \
+		const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, \
+		    8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), __builtin_ctz(GS));              \
+		pf_first(w, n0, 4, words, G, PF_DIST(B));                                                  \
+		int n = n0;                                                                                \
+		for (; n + 4 <= n1; n += 4) {                                                              \
+			const char *ahead = pf_start(w, n, 4, words, PF_DIST(B));                              \
+			pf_groups(w, n, 4, G);                                                                 \
+			const uint32_t *p = w->packed + (long)n * words;                                       \
+			const float *sc = w->scales + (long)n * G;                                             \
+			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                            \
+			for (int c = 0; c < full; c++) {                                                       \
+				pf_chunk(ahead, c, 4 * 64, B == 8);                                                \
+				const uint32_t *pc = p + 16 * c;                                                   \
+				__m512i v0 = _mm512_loadu_si512(pc), v1 = _mm512_loadu_si512(pc + words);          \
+				__m512i v2 = _mm512_loadu_si512(pc + 2 * words), v3 = _mm512_loadu_si512(pc + 3 * words); \
+				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GS, GPC);                 \
+			}                                                                                      \
+			if (left) {                                                                            \
+				pf_chunk(ahead, full, 4 * 64, B == 8);                                             \
+				const uint32_t *pc = p + 16 * full;                                                \
+				__m512i v0 = _mm512_maskz_loadu_epi32(kt, pc), v1 = _mm512_maskz_loadu_epi32(kt, pc + words); \
+				__m512i v2 = _mm512_maskz_loadu_epi32(kt, pc + 2 * words);                         \
+				__m512i v3 = _mm512_maskz_loadu_epi32(kt, pc + 3 * words);                         \
+				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt);                      \
+			}                                                                                      \
+			const float *b = w->biases + (long)n * G;                                              \
+			t0 = add_bias_terms(t0, b, xsum, G);                                                   \
+			t1 = add_bias_terms(t1, b + G, xsum, G);                                               \
+			t2 = add_bias_terms(t2, b + 2 * G, xsum, G);                                           \
+			t3 = add_bias_terms(t3, b + 3 * G, xsum, G);                                           \
+			_mm_storeu_ps(out + n, sum4(t0, t1, t2, t3));                                          \
+		}                                                                                          \
+		for (; n < n1; n++) gemv512_##BITS##_1_1(w, xp, xsum, n, out, 0);                          \
+	}
+
 #define GEMV512_ALL(BITS) \
-	GEMV512(BITS, 2, 1)   \
 	GEMV512(BITS, 2, 4)   \
 	GEMV512(BITS, 1, 1)   \
 	GEMV512(BITS, 1, 2)   \
@@ -86,21 +155,36 @@ GEMV512_ALL(2)
 GEMV512_ALL(4)
 GEMV512_ALL(8)
 
+DEC512(2, 32)
+DEC512(2, 64)
+DEC512(2, 128)
+DEC512(4, 32)
+DEC512(4, 64)
+DEC512(4, 128)
+DEC512(8, 32)
+DEC512(8, 64)
+DEC512(8, 128)
+
 typedef void (*gemv_fn)(const qmm_w *, const float *, const float *, int, float *, int);
+typedef void (*gemv_dec)(const qmm_w *, const float *, const float *, int, int, float *);
 
 void TARGET qmm_gemv_t_avx512(const qmm_w *w, const float *xp, const float *xsum, int mb,
                               int n0, int n1, float *out, int ldo) {
-	static const gemv_fn pair[9] = {[2] = gemv512_2_2_1, [4] = gemv512_4_2_1, [8] = gemv512_8_2_1};
+	static const gemv_dec dec[9][3] = {[2] = {dec512_2_32, dec512_2_64, dec512_2_128},
+	                                   [4] = {dec512_4_32, dec512_4_64, dec512_4_128},
+	                                   [8] = {dec512_8_32, dec512_8_64, dec512_8_128}};
 	static const gemv_fn one[9][5] = {
 	    [2] = {0, gemv512_2_1_1, gemv512_2_1_2, gemv512_2_1_3, gemv512_2_1_4},
 	    [4] = {0, gemv512_4_1_1, gemv512_4_1_2, gemv512_4_1_3, gemv512_4_1_4},
 	    [8] = {0, gemv512_8_1_1, gemv512_8_1_2, gemv512_8_1_3, gemv512_8_1_4},
 	};
-	int n = n0, words = w->K * w->bits / 32;
-	pf_first(w, n0, mb == 1 ? 2 : 1, words, w->K / w->group, PF_DIST(w->bits));
 	static const gemv_fn pair4[9] = {[2] = gemv512_2_2_4, [4] = gemv512_4_2_4, [8] = gemv512_8_2_4};
-	if (mb == 1)
-		for (; n + 2 <= n1; n += 2) pair[w->bits](w, xp, xsum, n, out, ldo);
+	if (mb == 1) {
+		dec[w->bits][w->group == 32 ? 0 : w->group == 64 ? 1 : 2](w, xp, xsum, n0, n1, out);
+		return;
+	}
+	int n = n0, words = w->K * w->bits / 32;
+	pf_first(w, n0, 1, words, w->K / w->group, PF_DIST(w->bits));
 	if (mb == 4) // two rows of W share the four rows of x's loads: 1.6-1.9x at 4 bits
 		for (; n + 2 <= n1; n += 2) pair4[w->bits](w, xp, xsum, n, out, ldo);
 	for (; n < n1; n++) one[w->bits][mb](w, xp, xsum, n, out, ldo);
