@@ -40,7 +40,7 @@ func TestLoadDType(t *testing.T) {
 		}
 		for name, a := range m.Params() {
 			want := tc.want
-			if (tc.flag == "" || tc.flag == "float32") && keptCompact(name, a.Ndim()) {
+			if (tc.flag == "" || tc.flag == "float32") && isMatrix(name, a.Ndim()) {
 				want = mx.BFloat16
 			}
 			if a.DType() != mx.Uint32 && a.DType() != want {
@@ -109,7 +109,7 @@ func TestCompactWeights(t *testing.T) {
 		matrices := 0
 		for name, a := range compact.Params() {
 			want := mx.Float32
-			if keptCompact(name, a.Ndim()) {
+			if isMatrix(name, a.Ndim()) {
 				want, matrices = mx.BFloat16, matrices+1
 			}
 			if a.DType() != want {
