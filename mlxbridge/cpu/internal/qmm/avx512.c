@@ -134,12 +134,7 @@
 				__m512i v3 = _mm512_maskz_loadu_epi32(kt, pc + 3 * words);                         \
 				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt);                      \
 			}                                                                                      \
-			const float *b = w->biases + (long)n * G;                                              \
-			t0 = add_bias_terms(t0, b, xsum, G);                                                   \
-			t1 = add_bias_terms(t1, b + G, xsum, G);                                               \
-			t2 = add_bias_terms(t2, b + 2 * G, xsum, G);                                           \
-			t3 = add_bias_terms(t3, b + 3 * G, xsum, G);                                           \
-			_mm_storeu_ps(out + n, sum4(t0, t1, t2, t3));                                          \
+			store4(out + n, t0, t1, t2, t3, w->biases + (long)n * G, xsum, G);                     \
 		}                                                                                          \
 		for (; n < n1; n++) gemv512_##BITS##_1_1(w, xp, xsum, n, out, 0);                          \
 	}

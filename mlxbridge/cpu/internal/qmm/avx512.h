@@ -56,6 +56,17 @@ static inline __attribute__((always_inline)) __m128 TARGET sum4(__m512 a, __m512
 	return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
 
+// Rows n..n+3 done: adds each row's bias term (biases b, one row every G) to its lane
+// sums and stores the four totals at out.
+static inline __attribute__((always_inline)) void TARGET store4(float *out, __m512 t0, __m512 t1, __m512 t2, __m512 t3,
+                                                                const float *b, const float *xsum, int G) {
+	t0 = add_bias_terms(t0, b, xsum, G);
+	t1 = add_bias_terms(t1, b + G, xsum, G);
+	t2 = add_bias_terms(t2, b + 2 * G, xsum, G);
+	t3 = add_bias_terms(t3, b + 3 * G, xsum, G);
+	_mm_storeu_ps(out, sum4(t0, t1, t2, t3));
+}
+
 // The scales of a chunk's lanes, GPC groups' worth from s: one group broadcast, or two, four
 // or eight (2-bit weights in groups of 32) spread to the lanes by idx. ng < GPC only in a
 // row's final, partial chunk.

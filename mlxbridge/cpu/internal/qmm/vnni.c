@@ -69,12 +69,7 @@
 				ROW_CHUNK(t2, _mm512_maskz_loadu_epi32(kt, pc + 2 * words), LANE_SCALES(sc + 2 * G + gt, GPC, ngt)); \
 				ROW_CHUNK(t3, _mm512_maskz_loadu_epi32(kt, pc + 3 * words), LANE_SCALES(sc + 3 * G + gt, GPC, ngt)); \
 			}                                                                                        \
-			const float *b = biases + (long)n * G;                                                   \
-			t0 = add_bias_terms(t0, b, xsum, G);                                                     \
-			t1 = add_bias_terms(t1, b + G, xsum, G);                                                 \
-			t2 = add_bias_terms(t2, b + 2 * G, xsum, G);                                             \
-			t3 = add_bias_terms(t3, b + 3 * G, xsum, G);                                             \
-			_mm_storeu_ps(out + n, sum4(t0, t1, t2, t3));                                            \
+			store4(out + n, t0, t1, t2, t3, biases + (long)n * G, xsum, G);                          \
 		}                                                                                            \
 		for (; n < n1; n++) {                                                                        \
 			const uint32_t *p = packed + (long)n * words;                                            \
