@@ -36,10 +36,21 @@ var benchPresets = []struct {
 	{"qwen3-0.6b", Qwen3_0_6B},
 }
 
-var benchDTypes = []struct {
-	name string
-	bits int
-}{{"f32", 0}, {"bf16", 16}, {"q8", 8}, {"q4", 4}}
+// benchDType is a benchmark model's width: float32 (bits 0), bfloat16 (16), or
+// quantized to 8 or 4 bits with float32 scales and biases (what quantizing a
+// float32 model gives: 9.0 and 5.0 bits a weight) or, halfScales, bfloat16 ones
+// (a bfloat16 checkpoint's, as mlx-lm writes it: 8.5 and 4.5, llama.cpp's Q8_0
+// and Q4_0 widths).
+type benchDType struct {
+	name       string
+	bits       int
+	halfScales bool
+}
+
+var benchDTypes = []benchDType{{"f32", 0, false}, {"bf16", 16, false}, {"q8", 8, false}, {"q4", 4, false}, {"q8bf", 8, true}, {"q4bf", 4, true}}
+
+// benchQuantized are benchDTypes' quantized widths.
+var benchQuantized = benchDTypes[2:]
 
 // benchModel builds (once) the model of a preset and width, dropping the previous
 // one so that at most one big model is alive (Qwen3-0.6B in float32 is 3 GB).
@@ -49,10 +60,10 @@ var bench struct {
 	m   *Model
 }
 
-func benchModel(b *testing.B, preset string, cfg func() Config, bits int) *Model {
+func benchModel(b *testing.B, preset string, cfg func() Config, dt benchDType) *Model {
 	bench.Lock()
 	defer bench.Unlock()
-	key := fmt.Sprint(preset, bits)
+	key, bits := fmt.Sprint(preset, dt), dt.bits
 	if bench.key != key {
 		bench.m, bench.key = nil, ""
 		runtime.GC()
@@ -61,7 +72,7 @@ func benchModel(b *testing.B, preset string, cfg func() Config, bits int) *Model
 			c.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 64, Bits: bits}}
 		}
 		bench.m, bench.key = NewRandom(c, 1, cpu(b)), key
-		if bits == 16 {
+		if bits == 16 || dt.halfScales {
 			if err := bench.m.CompactWeights(mx.BFloat16); err != nil {
 				b.Fatal(err)
 			}
@@ -73,7 +84,7 @@ func benchModel(b *testing.B, preset string, cfg func() Config, bits int) *Model
 
 // decodeBytes is what one decode step reads of the weights: every matrix once (the
 // output projection included), one embedding row, the norms. On the cpu backend
-// float16/bfloat16 scales are held as float32, and counted so.
+// compact float16/bfloat16 scales are read at their width, and counted so.
 func decodeBytes(m *Model) int64 {
 	var n int64
 	for name, a := range m.Params() {
@@ -190,7 +201,7 @@ func BenchmarkDecode(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {
 			b.Run(p.name+"/"+dt.name, func(b *testing.B) {
-				m := benchModel(b, p.name, p.cfg, dt.bits)
+				m := benchModel(b, p.name, p.cfg, dt)
 				machine()
 				b.ResetTimer()
 				per := bestDecode(b, m, 64)
@@ -207,16 +218,16 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeInt8 is BenchmarkDecode for the 8- and 4-bit models, exact
+// BenchmarkDecodeInt8 is BenchmarkDecode for the quantized models, exact
 // (SetInt8Decode off) and on 8-bit activations, one after the other on the same
 // model, so their ratio comes from one run.
 func BenchmarkDecodeInt8(b *testing.B) {
 	for _, p := range benchPresets {
-		for _, bits := range []int{8, 4} {
+		for _, dt := range benchQuantized {
 			for _, int8 := range []bool{false, true} {
 				name := map[bool]string{false: "exact", true: "int8"}[int8]
-				b.Run(fmt.Sprintf("%s/q%d/%s", p.name, bits, name), func(b *testing.B) {
-					m := benchModel(b, p.name, p.cfg, bits)
+				b.Run(fmt.Sprintf("%s/%s/%s", p.name, dt.name, name), func(b *testing.B) {
+					m := benchModel(b, p.name, p.cfg, dt)
 					m.SetInt8Decode(int8)
 					defer m.SetInt8Decode(false)
 					b.ResetTimer()
@@ -235,7 +246,7 @@ func BenchmarkDecodeInt8(b *testing.B) {
 func BenchmarkDecodeAdapted(b *testing.B) {
 	for _, p := range benchPresets {
 		b.Run(p.name+"/q4", func(b *testing.B) {
-			m := benchModel(b, p.name, p.cfg, 4)
+			m := benchModel(b, p.name, p.cfg, benchDType{"q4", 4, false})
 			loras := map[string]LoRA{}
 			var i uint64
 			m.Linears(func(path string, l *Linear) {
@@ -280,7 +291,7 @@ func BenchmarkPrefill512(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {
 			b.Run(p.name+"/"+dt.name, func(b *testing.B) {
-				m := benchModel(b, p.name, p.cfg, dt.bits)
+				m := benchModel(b, p.name, p.cfg, dt)
 				machine()
 				prompt := tokenSeq(512, m.cfg.VocabSize, 2)
 				sec := math.Inf(1)
@@ -340,7 +351,7 @@ func BenchmarkDecodeContext(b *testing.B) {
 						name += fmt.Sprintf("/kv%d", kv)
 					}
 					b.Run(name, func(b *testing.B) {
-						m := benchModel(b, p.name, p.cfg, dt.bits)
+						m := benchModel(b, p.name, p.cfg, dt)
 						s, err := NewSessionWith(m, CacheOptions{Bits: kv})
 						if err != nil {
 							b.Fatal(err)
@@ -375,7 +386,7 @@ func BenchmarkDecodeProfile(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {
 			b.Run(p.name+"/"+dt.name, func(b *testing.B) {
-				m := benchModel(b, p.name, p.cfg, dt.bits)
+				m := benchModel(b, p.name, p.cfg, dt)
 				s := NewSession(m)
 				logits, _, _ := s.Prefill(tokenSeq(16, m.cfg.VocabSize, 1))
 				b.ResetTimer()

@@ -3,6 +3,7 @@ package inference
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -40,7 +41,7 @@ func TestLoadDType(t *testing.T) {
 		}
 		for name, a := range m.Params() {
 			want := tc.want
-			if (tc.flag == "" || tc.flag == "float32") && isMatrix(name, a.Ndim()) {
+			if (tc.flag == "" || tc.flag == "float32") && keptCompact(name, a.Ndim()) {
 				want = mx.BFloat16
 			}
 			if a.DType() != mx.Uint32 && a.DType() != want {
@@ -90,14 +91,19 @@ func TestParamCountAsMlxLM(t *testing.T) {
 }
 
 // A 16-bit checkpoint loaded as float32 on the cpu backend keeps its weight matrices
-// compact, and computes what the widened float32 weights compute: the same logits and
-// decode steps, and the same gradients through every product's backward pass, up to
-// float32 rounding. The norms and the activations stay float32.
+// (and a quantized one its scales and biases) compact, and computes what the widened
+// float32 weights compute: the same logits and decode steps, and the same gradients
+// through every product's backward pass, up to float32 rounding. The norms and the
+// activations stay float32.
 func TestCompactWeights(t *testing.T) {
 	b := cpu(t)
 	mx.SetDefault(b)
-	for _, folder := range []string{"llama3-bf16", "qwen3-bf16"} {
-		dir := filepath.Join("testdata", "models", folder)
+	q4 := filepath.Join(t.TempDir(), "qwen3-bf16-q4")
+	if _, err := QuantizeModelWith(filepath.Join("testdata", "models", "qwen3-bf16"), q4, QuantizeOptions{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join("testdata", "models", "llama3-bf16"), filepath.Join("testdata", "models", "qwen3-bf16"), q4} {
+		folder := filepath.Base(dir)
 		compact, err := Load(dir, b)
 		if err != nil {
 			t.Fatal(err)
@@ -108,8 +114,11 @@ func TestCompactWeights(t *testing.T) {
 		}
 		matrices := 0
 		for name, a := range compact.Params() {
+			if a.DType() == mx.Uint32 { // a quantized matrix's packed words
+				continue
+			}
 			want := mx.Float32
-			if isMatrix(name, a.Ndim()) {
+			if keptCompact(name, a.Ndim()) {
 				want, matrices = mx.BFloat16, matrices+1
 			}
 			if a.DType() != want {
@@ -192,6 +201,14 @@ func TestCompactWeights(t *testing.T) {
 		}
 		for name, a := range compact.Params() {
 			r := back.Params()[name]
+			if a.DType() == mx.Uint32 {
+				rw, _ := r.Uint32s()
+				aw, _ := a.Uint32s()
+				if !slices.Equal(rw, aw) {
+					t.Errorf("%s: packed words changed by saving and loading again", name)
+				}
+				continue
+			}
 			if r.DType() != a.DType() || maxAbsDiff(floats(t, r), floats(t, a)) != 0 {
 				t.Errorf("%s: %s after saving and loading again, %s before, or other values", name, r.DType(), a.DType())
 			}

@@ -29,7 +29,8 @@ func (m *Model) OutputRows(ids []int) (*mx.Array, error) {
 	}
 	rows := mx.Take(w, at, 0)
 	if scales != nil {
-		rows = mx.Dequantize(rows, mx.Take(scales, at, 0), mx.Take(biases, at, 0), group, bits)
+		act := m.Embed.dtype // as Embedding.rowScales: in the activations' dtype
+		rows = mx.Dequantize(rows, mx.AsType(mx.Take(scales, at, 0), act), mx.AsType(mx.Take(biases, at, 0), act), group, bits)
 	}
 	rows = mx.AsType(rows, mx.Float32)
 	if err := mx.Eval(rows); err != nil {

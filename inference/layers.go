@@ -72,8 +72,16 @@ func (e *Embedding) Forward(ids *mx.Array) *mx.Array {
 		return mx.AsType(mx.Take(e.Weight, ids, 0), e.dtype)
 	}
 	rows := mx.Take(e.Weight, ids, 0)
-	s, b := mx.Take(e.Scales, ids, 0), mx.Take(e.Biases, ids, 0)
+	s, b := e.rowScales(ids)
 	return mx.AsType(mx.Dequantize(rows, s, b, e.GroupSize, e.Bits), e.dtype)
+}
+
+// rowScales gathers the scales and biases of rows ids in the activations' dtype:
+// a float32 load keeps a 16-bit checkpoint's scales compact, but its rows
+// dequantize in float32 (as the checkpoint cast to float32 would, which mlx-lm's
+// --dtype float32 gives), not rounded to 16 bits.
+func (e *Embedding) rowScales(ids *mx.Array) (s, b *mx.Array) {
+	return mx.AsType(mx.Take(e.Scales, ids, 0), e.dtype), mx.AsType(mx.Take(e.Biases, ids, 0), e.dtype)
 }
 
 // AsLinear uses the table as the output projection of tied models: x (..., Dim)

@@ -248,7 +248,8 @@ func NewRandom(cfg Config, seed uint64, b mx.Backend) *Model {
 }
 
 // CompactWeights rounds m's float weight matrices (its linear layers' and its
-// embedding's, not the norms or biases) to dt, bfloat16 or float16, and keeps them
+// embedding's, and their quantized scales and biases, not the norms or a linear
+// layer's bias vector) to dt, bfloat16 or float16, and keeps them
 // compact (mx.Compact), with the activations as they were: what a float32 load of a
 // 16-bit checkpoint gives (LoadOptions.DType). Benchmarks and tests use it on random
 // models.
@@ -260,7 +261,7 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 	defer m.ad.mu.Unlock()
 	var err error
 	m.slots(func(name string, slot **mx.Array) {
-		if a := *slot; err == nil && a.DType().IsFloat() && isMatrix(name, a.Ndim()) {
+		if a := *slot; err == nil && a.DType().IsFloat() && keptCompact(name, a.Ndim()) {
 			c := mx.Compact(mx.AsType(a, dt))
 			if err = c.Err(); err == nil {
 				*slot = c
@@ -320,10 +321,13 @@ func (m *Model) decodesInt8() bool {
 // Int8Decode reports SetInt8Decode's choice.
 func (m *Model) Int8Decode() bool { return m.int8.Load() }
 
-// isMatrix reports whether a checkpoint tensor of ndim dimensions is a weight matrix
-// (a linear layer's or an embedding table), what a float32 load keeps compact.
-func isMatrix(name string, ndim int) bool {
-	return ndim == 2 && strings.HasSuffix(name, ".weight")
+// keptCompact reports whether a checkpoint tensor of ndim dimensions is what a
+// float32 load keeps compact: a weight matrix (a linear layer's or an embedding
+// table) or a quantized matrix's scales or biases, which the cpu backend's
+// kernels read at their 16-bit width (a bfloat16 checkpoint's 4-bit layers then
+// stream 4.5 bits a weight, not 5).
+func keptCompact(name string, ndim int) bool {
+	return ndim == 2 && (strings.HasSuffix(name, ".weight") || strings.HasSuffix(name, ".scales") || strings.HasSuffix(name, ".biases"))
 }
 
 // Config returns the model's configuration.

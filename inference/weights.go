@@ -289,7 +289,7 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 		return nil, fmt.Errorf("%w: tensor %q holds %s at element %d (of %d) in %s",
 			ErrNonFinite, name, nonFiniteText(info.DType, raw, i), i, info.NumElements(), d.dir)
 	}
-	load, matrix := mx.LoadTensor, d.compact && isMatrix(name, len(shape))
+	load, matrix := mx.LoadTensor, d.compact && keptCompact(name, len(shape))
 	if matrix {
 		load = mx.LoadTensorCompact // a 16-bit matrix straight into compact storage
 	}

@@ -9,28 +9,65 @@ import (
 
 // QuantizedMatMul runs the fused kernels of internal/qmm: packed words are unpacked
 // group by group on the fly (decode streams the weights once), never into a whole
-// dequantized matrix. Float16/BFloat16 scales are already float32 here.
+// dequantized matrix. Compact bfloat16/float16 scales and biases (a 16-bit checkpoint's,
+// loaded compact) are read at their width; any others as float32.
 func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose bool, groupSize, bits int, out []int) (mx.Handle, error) {
 	ws := w.Shape()
-	nd := len(ws)
-	n := ws[nd-2]
-	k := ws[nd-1] * 32 / bits
-	batch := numel(ws[:nd-2]) // 1 for a plain matrix
-	xf, wu, sf, bf := h(x).f, h(w).u, h(scales).f, h(biases).f
-	res := newF(numel(out))
-	xn, rn := len(xf)/batch, len(res)/batch
-	wn, gn := n*ws[nd-1], n*(k/groupSize)
-	for i := range batch {
-		xb, rb := xf[i*xn:(i+1)*xn], res[i*rn:(i+1)*rn]
-		wb, sb, bb := wu[i*wn:(i+1)*wn], sf[i*gn:(i+1)*gn], bf[i*gn:(i+1)*gn]
-		if transpose { // x (M, K) -> (M, N)
-			qmm.MatMulT(rb, xb, len(xb)/max(k, 1), k, wb, sb, bb, n, groupSize, bits)
+	q := quantCall{w: h(w).u, x: h(x).f, n: ws[len(ws)-2], k: ws[len(ws)-1] * 32 / bits, batch: numel(ws[:len(ws)-2]),
+		transpose: transpose, group: groupSize, bits: bits, res: newF(numel(out))}
+	switch s, b, dt := compactScales(scales, biases); dt {
+	case mx.BFloat16:
+		runQuant(q, qmm.BF16(s), qmm.BF16(b))
+	case mx.Float16:
+		runQuant(q, qmm.F16(s), qmm.F16(b))
+	default:
+		runQuant(q, h(scales).f, h(biases).f)
+	}
+	roundTo(x.DType(), q.res)
+	return fbuf(q.res), nil
+}
+
+// quantCall is one QuantizedMatMul: batch W (n, k) and their x, into res.
+type quantCall struct {
+	w                        []uint32
+	x, res                   []float32
+	n, k, batch, group, bits int
+	transpose                bool
+}
+
+func runQuant[S qmm.Scales](q quantCall, sf, bf S) {
+	xn, rn := len(q.x)/q.batch, len(q.res)/q.batch
+	wn, gn := q.n*q.k*q.bits/32, q.n*(q.k/q.group)
+	for i := range q.batch {
+		xb, rb := q.x[i*xn:(i+1)*xn], q.res[i*rn:(i+1)*rn]
+		wb, sb, bb := q.w[i*wn:(i+1)*wn], part(sf, i*gn, (i+1)*gn), part(bf, i*gn, (i+1)*gn)
+		if q.transpose { // x (M, K) -> (M, N)
+			qmm.MatMulT(rb, xb, len(xb)/max(q.k, 1), q.k, wb, sb, bb, q.n, q.group, q.bits)
 		} else { // x (M, N) -> (M, K)
-			qmm.MatMul(rb, xb, len(xb)/max(n, 1), n, wb, sb, bb, k, groupSize, bits)
+			qmm.MatMul(rb, xb, len(xb)/max(q.n, 1), q.n, wb, sb, bb, q.k, q.group, q.bits)
 		}
 	}
-	roundTo(x.DType(), res)
-	return fbuf(res), nil
+}
+
+// compactScales returns the bits of compact scales and biases of one 16-bit dtype, and
+// that dtype; for any other pair, a dtype that is neither BFloat16 nor Float16.
+func compactScales(scales, biases *mx.Array) (s, b []uint16, dt mx.DType) {
+	rs, rb, dt := raw(scales), raw(biases), scales.DType()
+	if rs.s == nil || rb.s == nil || biases.DType() != dt {
+		return nil, nil, mx.Float32
+	}
+	return rs.s, rb.s, dt
+}
+
+// part is s[lo:hi] for any kind of scales.
+func part[S qmm.Scales](s S, lo, hi int) S {
+	switch v := any(s).(type) {
+	case qmm.BF16:
+		return any(v[lo:hi]).(S)
+	case qmm.F16:
+		return any(v[lo:hi]).(S)
+	}
+	return any(any(s).([]float32)[lo:hi]).(S)
 }
 
 // HasA8 reports whether this CPU has the integer kernels behind
@@ -47,7 +84,14 @@ func (be *Backend) QuantizedMatMulA8(x, w, scales, biases *mx.Array, groupSize, 
 	ws := w.Shape()
 	n, k := ws[0], ws[1]*32/bits
 	res := newF(n)
-	qmm.MatVecTInt8(res, h(x).f, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
+	switch s, b, dt := compactScales(scales, biases); dt {
+	case mx.BFloat16:
+		qmm.MatVecTInt8(res, h(x).f, k, h(w).u, qmm.BF16(s), qmm.BF16(b), n, groupSize, bits)
+	case mx.Float16:
+		qmm.MatVecTInt8(res, h(x).f, k, h(w).u, qmm.F16(s), qmm.F16(b), n, groupSize, bits)
+	default:
+		qmm.MatVecTInt8(res, h(x).f, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
+	}
 	roundTo(x.DType(), res)
 	return fbuf(res), nil
 }

@@ -78,7 +78,7 @@
 // laid out: every shape decision made once a call, full chunks without masks or branches,
 // the partial final chunk as one masked step, the bias term folded into the lane sums and
 // four rows reduced together (sum4). Per chunk and row the arithmetic is GEMV512's.
-#define DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, g, ng)                                    \
+#define DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, g, ng, H)                                 \
 	do {                                                                                           \
 		__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0; \
 		for (int i = 0; i < S; i++) {                                                              \
@@ -96,15 +96,17 @@
 				c1 = _mm512_fmadd_ps(q2, xv, c1), d1 = _mm512_fmadd_ps(q3, xv, d1);                \
 			}                                                                                      \
 		}                                                                                          \
-		t0 = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), LANE_SCALES((sc) + (g), GPC, ng), t0);         \
-		t1 = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), LANE_SCALES((sc) + G + (g), GPC, ng), t1);     \
-		t2 = _mm512_fmadd_ps(_mm512_add_ps(c0, c1), LANE_SCALES((sc) + 2 * G + (g), GPC, ng), t2); \
-		t3 = _mm512_fmadd_ps(_mm512_add_ps(d0, d1), LANE_SCALES((sc) + 3 * G + (g), GPC, ng), t3); \
+		t0 = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), LANES_##H((sc) + (g), GPC, ng), t0);           \
+		t1 = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), LANES_##H((sc) + G + (g), GPC, ng), t1);       \
+		t2 = _mm512_fmadd_ps(_mm512_add_ps(c0, c1), LANES_##H((sc) + 2 * G + (g), GPC, ng), t2);   \
+		t3 = _mm512_fmadd_ps(_mm512_add_ps(d0, d1), LANES_##H((sc) + 3 * G + (g), GPC, ng), t3);   \
 	} while (0)
 
-#define DEC512(BITS, GS)                                                                           \
-	TARGET static void dec512_##BITS##_##GS(const qmm_w *w, const float *xp, const float *xsum,   \
-	                                        int n0, int n1, float *out) {                         \
+// H is the scales' width (avx512.h): 0 float32, 1 bfloat16, 2 float16. The 16-bit forms take
+// whole sets of four rows only (n1 - n0 a multiple of four): the caller widens a remainder.
+#define DEC512(BITS, GS, H, KTARGET)                                                               \
+	KTARGET static void dec512_##BITS##_##GS##_##H(const qmm_w *w, const float *xp, const float *xsum, \
+	                                               int n0, int n1, float *out) {                  \
 		enum { B = BITS, S = 32 / B, V = 16 * S, GPC = V > GS ? V / GS : 1 };                      \
 		const int K = w->K, G = K / GS, words = K * B / 32, full = words / 16, left = words % 16;  \
 		const int gt = full * V / GS, ngt = G - gt < GPC ? G - gt : GPC;                           \
@@ -117,14 +119,14 @@
 			const char *ahead = pf_start(w, n, 4, words, PF_DIST(B));                              \
 			pf_groups(w, n, 4, G);                                                                 \
 			const uint32_t *p = w->packed + (long)n * words;                                       \
-			const float *sc = w->scales + (long)n * G;                                             \
+			const SCALE_T_##H *sc = SCALES_##H(w) + (long)n * G;                                   \
 			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                            \
 			for (int c = 0; c < full; c++) {                                                       \
 				pf_chunk(ahead, c, 4 * 64, B == 8);                                                \
 				const uint32_t *pc = p + 16 * c;                                                   \
 				__m512i v0 = _mm512_loadu_si512(pc), v1 = _mm512_loadu_si512(pc + words);          \
 				__m512i v2 = _mm512_loadu_si512(pc + 2 * words), v3 = _mm512_loadu_si512(pc + 3 * words); \
-				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GS, GPC);                 \
+				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GS, GPC, H);              \
 			}                                                                                      \
 			if (left) {                                                                            \
 				pf_chunk(ahead, full, 4 * 64, B == 8);                                             \
@@ -132,12 +134,19 @@
 				__m512i v0 = _mm512_maskz_loadu_epi32(kt, pc), v1 = _mm512_maskz_loadu_epi32(kt, pc + words); \
 				__m512i v2 = _mm512_maskz_loadu_epi32(kt, pc + 2 * words);                         \
 				__m512i v3 = _mm512_maskz_loadu_epi32(kt, pc + 3 * words);                         \
-				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt);                      \
+				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt, H);                   \
 			}                                                                                      \
-			store4(out + n, t0, t1, t2, t3, w->biases + (long)n * G, xsum, G);                     \
+			STORE4(out + n, t0, t1, t2, t3, BIAS_##H, BIASES_##H(w) + (long)n * G, xsum, G);       \
 		}                                                                                          \
-		for (; n < n1; n++) gemv512_##BITS##_1_1(w, xp, xsum, n, out, 0);                          \
+		if (H == 0)                                                                                \
+			for (; n < n1; n++) gemv512_##BITS##_1_1(w, xp, xsum, n, out, 0);                      \
 	}
+
+// Every (bits, group size) for float32, bfloat16 and float16 scales.
+#define DEC512_ALL(BITS, GS)              \
+	DEC512(BITS, GS, 0, TARGET512)        \
+	DEC512(BITS, GS, 1, TARGET16)         \
+	DEC512(BITS, GS, 2, TARGET16)
 
 #define GEMV512_ALL(BITS) \
 	GEMV512(BITS, 2, 4)   \
@@ -150,24 +159,26 @@ GEMV512_ALL(2)
 GEMV512_ALL(4)
 GEMV512_ALL(8)
 
-DEC512(2, 32)
-DEC512(2, 64)
-DEC512(2, 128)
-DEC512(4, 32)
-DEC512(4, 64)
-DEC512(4, 128)
-DEC512(8, 32)
-DEC512(8, 64)
-DEC512(8, 128)
+DEC512_ALL(2, 32)
+DEC512_ALL(2, 64)
+DEC512_ALL(2, 128)
+DEC512_ALL(4, 32)
+DEC512_ALL(4, 64)
+DEC512_ALL(4, 128)
+DEC512_ALL(8, 32)
+DEC512_ALL(8, 64)
+DEC512_ALL(8, 128)
 
 typedef void (*gemv_fn)(const qmm_w *, const float *, const float *, int, float *, int);
 typedef void (*gemv_dec)(const qmm_w *, const float *, const float *, int, int, float *);
 
 void TARGET qmm_gemv_t_avx512(const qmm_w *w, const float *xp, const float *xsum, int mb,
                               int n0, int n1, float *out, int ldo) {
-	static const gemv_dec dec[9][3] = {[2] = {dec512_2_32, dec512_2_64, dec512_2_128},
-	                                   [4] = {dec512_4_32, dec512_4_64, dec512_4_128},
-	                                   [8] = {dec512_8_32, dec512_8_64, dec512_8_128}};
+#define DEC(B, H) {dec512_##B##_32_##H, dec512_##B##_64_##H, dec512_##B##_128_##H}
+	static const gemv_dec dec[3][9][3] = {{[2] = DEC(2, 0), [4] = DEC(4, 0), [8] = DEC(8, 0)},
+	                                      {[2] = DEC(2, 1), [4] = DEC(4, 1), [8] = DEC(8, 1)},
+	                                      {[2] = DEC(2, 2), [4] = DEC(4, 2), [8] = DEC(8, 2)}};
+#undef DEC
 	static const gemv_fn one[9][5] = {
 	    [2] = {0, gemv512_2_1_1, gemv512_2_1_2, gemv512_2_1_3, gemv512_2_1_4},
 	    [4] = {0, gemv512_4_1_1, gemv512_4_1_2, gemv512_4_1_3, gemv512_4_1_4},
@@ -175,7 +186,8 @@ void TARGET qmm_gemv_t_avx512(const qmm_w *w, const float *xp, const float *xsum
 	};
 	static const gemv_fn pair4[9] = {[2] = gemv512_2_2_4, [4] = gemv512_4_2_4, [8] = gemv512_8_2_4};
 	if (mb == 1) {
-		dec[w->bits][w->group == 32 ? 0 : w->group == 64 ? 1 : 2](w, xp, xsum, n0, n1, out);
+		int h = w->scales ? 0 : w->f16 ? 2 : 1;
+		dec[h][w->bits][w->group == 32 ? 0 : w->group == 64 ? 1 : 2](w, xp, xsum, n0, n1, out);
 		return;
 	}
 	int n = n0, words = w->K * w->bits / 32;

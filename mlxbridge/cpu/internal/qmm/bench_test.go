@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
 // Decoding streams weights far larger than any cache, so the matrix-vector benchmarks cycle
@@ -156,6 +157,63 @@ func BenchmarkMatVecSmall(b *testing.B) {
 				b.ReportMetric(gbs, "GB/s")
 				b.ReportMetric(100*gbs/bw, "%bw2")
 			})
+		}
+	}
+}
+
+// BenchmarkMatVecScales16 is decoding's product with the same weights' scales and biases
+// in float32 and in bfloat16 (a 16-bit checkpoint's, read at their width), the two
+// alternating product by product so their ratio comes from one run: exact (float32
+// activations) and, where the CPU has the kernels, on 8-bit activations. Small models' and
+// Qwen3-0.6B's shapes, streamed from memory; us-f32 and us-bf16 are microseconds a product.
+func BenchmarkMatVecScales16(b *testing.B) {
+	for _, bits := range []int{4, 8} {
+		for _, shape := range [][2]int{{576, 576}, {1536, 576}, {576, 1536}, {1024, 1024}, {3072, 1024}, {1024, 3072}} {
+			N, K := shape[0], shape[1]
+			w := newBenchWeights(N, K, 64, bits)
+			s16, b16 := make(BF16, len(w.scales)), make(BF16, len(w.biases))
+			for i := range s16 {
+				s16[i], b16[i] = safetensors.Float32ToBFloat16(w.scales[i]), safetensors.Float32ToBFloat16(w.biases[i])
+			}
+			G := N * K / 64
+			x, out := make([]float32, K), make([]float32, N)
+			for i := range x {
+				x[i] = float32(i%7) - 3
+			}
+			for _, int8 := range []bool{false, true} {
+				if int8 && !HasInt8(bits) {
+					continue
+				}
+				name := map[bool]string{false: "exact", true: "int8"}[int8]
+				b.Run(fmt.Sprintf("bits=%d/%dx%d/%s", bits, N, K, name), func(b *testing.B) {
+					var t32, t16 time.Duration
+					i := 0
+					for b.Loop() {
+						p, s, bi := w.copy(i)
+						start := time.Now()
+						if int8 {
+							MatVecTInt8(out, x, K, p, s, bi, N, 64, bits)
+						} else {
+							MatMulT(out, x, 1, K, p, s, bi, N, 64, bits)
+						}
+						t32 += time.Since(start)
+						p, _, _ = w.copy(i + w.copies/2) // another copy, so neither finds the other's in cache
+						c := (i + w.copies/2) % w.copies
+						sh, bh := s16[c*G:(c+1)*G], b16[c*G:(c+1)*G]
+						start = time.Now()
+						if int8 {
+							MatVecTInt8(out, x, K, p, sh, bh, N, 64, bits)
+						} else {
+							MatMulT(out, x, 1, K, p, sh, bh, N, 64, bits)
+						}
+						t16 += time.Since(start)
+						i++
+					}
+					b.ReportMetric(t32.Seconds()*1e6/float64(b.N), "us-f32")
+					b.ReportMetric(t16.Seconds()*1e6/float64(b.N), "us-bf16")
+					b.ReportMetric(t32.Seconds()/t16.Seconds(), "f32/bf16")
+				})
+			}
 		}
 	}
 }

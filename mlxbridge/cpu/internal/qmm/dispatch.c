@@ -2,6 +2,8 @@
 // them, decided once from cpuid; the portable kernels everywhere else.
 #include "qmm.h"
 
+#include <stdlib.h>
+
 static int limit = -1;
 
 void qmm_limit_simd(int level) { limit = level; }
@@ -49,8 +51,8 @@ void qmm_prepare_x(const qmm_w *w, const float *x, int ldx, int mb, float *xp, f
 	}
 }
 
-void qmm_gemv_t(const qmm_w *w, const float *xp, const float *xsum, int mb,
-                int n0, int n1, float *out, int ldo) {
+void qmm_gemv_t_f32(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                    int n0, int n1, float *out, int ldo) {
 	switch (gemv_t_level(w)) {
 #ifdef QMM_X86
 	case LANES_AVX512: qmm_gemv_t_avx512(w, xp, xsum, mb, n0, n1, out, ldo); return;
@@ -76,8 +78,8 @@ void qmm_gemv_t_batch(const qmm_w *w, const float *xp, const float *xsum, int M,
 	}
 }
 
-void qmm_gemv(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
-              float *out, int ldo, float *scratch) {
+static void gemv_f32(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
+                     float *out, int ldo, float *scratch) {
 	switch (gemv_t_level(w)) {
 #ifdef QMM_X86
 	case LANES_AVX512: qmm_gemv_avx512(w, n0, n1, x, ldx, mb, out, ldo, scratch); return;
@@ -87,7 +89,7 @@ void qmm_gemv(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
 	}
 }
 
-void qmm_dequant(const qmm_w *w, int n0, int n1, float *dst) {
+static void dequant_f32(const qmm_w *w, int n0, int n1, float *dst) {
 #ifdef QMM_X86
 	if (qmm_simd() >= 1) {
 		qmm_dequant_avx2(w, n0, n1, dst);
@@ -95,4 +97,124 @@ void qmm_dequant(const qmm_w *w, int n0, int n1, float *dst) {
 	}
 #endif
 	qmm_dequant_portable(w, n0, n1, dst);
+}
+
+// 16-bit scales and biases. The float32 kernels run on tiles of rows whose scales and biases
+// are first widened (exactly) into a per-thread buffer: HALF_TILE floats of each hold a few
+// hundred rows' worth at decoding's shapes, so a call pays the kernels' set-up once or a few
+// times, and the buffer stays in cache while the kernel reads it.
+enum { HALF_TILE = 8192 };
+static __thread float half_buf[2 * HALF_TILE] __attribute__((aligned(64)));
+
+// half_rows is how many rows of w a tile holds: a multiple of four (the kernels' row block)
+// where the buffer allows, at least one.
+static int half_rows(const qmm_w *w) {
+	int t = HALF_TILE / (w->K / w->group);
+	return t >= 8 ? t / 4 * 4 : t;
+}
+
+// half_tile points lw at rows [t0, t0+tn) of w with their scales and biases widened into buf
+// (2*tn*G floats): row t0 of w is row 0 of lw.
+static const qmm_w *half_tile(const qmm_w *w, int t0, int tn, float *buf, qmm_w *lw) {
+	long G = w->K / w->group, words = (long)w->K * w->bits / 32;
+	*lw = *w;
+	lw->packed = w->packed + t0 * words;
+	lw->scales = buf;
+	lw->biases = buf + tn * G;
+	lw->scales16 = lw->biases16 = 0;
+	qmm_half_widen(w->scales16 + t0 * G, tn * G, w->f16, buf);
+	qmm_half_widen(w->biases16 + t0 * G, tn * G, w->f16, buf + tn * G);
+	return lw;
+}
+
+// half_each calls fn for each tile of rows [n0, n1): the tile's first row and count, and
+// the tile as its own W. A row too wide for the buffer (over HALF_TILE groups) gets one
+// allocated for it.
+#define HALF_EACH(w, n0, n1, t0, tn, lw, body)                                                    \
+	do {                                                                                      \
+		int rows_ = half_rows(w);                                                         \
+		float *buf_ = half_buf;                                                           \
+		if (rows_ < 1) {                                                                  \
+			rows_ = 1;                                                                \
+			buf_ = malloc(sizeof(float) * 2 * (size_t)((w)->K / (w)->group));         \
+			if (!buf_) abort();                                                       \
+		}                                                                                 \
+		for (int t0 = (n0); t0 < (n1); t0 += rows_) {                                     \
+			int tn = (n1) - t0 < rows_ ? (n1) - t0 : rows_;                           \
+			qmm_w tw_;                                                                \
+			const qmm_w *lw = half_tile(w, t0, tn, buf_, &tw_);                       \
+			body;                                                                     \
+		}                                                                                 \
+		if (buf_ != half_buf) free(buf_);                                                 \
+	} while (0)
+
+// Whether the AVX-512 decode kernels can read 16-bit scales themselves: they need AVX-512BW
+// (16-bit loads and permutes) besides the F and VL the float32 forms need.
+static int reads16(void) {
+#ifdef QMM_X86
+	static int have = -1;
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c");
+	}
+	return have;
+#else
+	return 0;
+#endif
+}
+
+void qmm_gemv_t(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                int n0, int n1, float *out, int ldo) {
+	if (w->scales) {
+		qmm_gemv_t_f32(w, xp, xsum, mb, n0, n1, out, ldo);
+		return;
+	}
+#ifdef QMM_X86
+	// Decoding (one row of x) on AVX-512 reads the 16-bit scales in its own loop, whole sets
+	// of four rows; widening tiles first made a decode step slower than float32 scales (the
+	// widening's reads stall instead of streaming with the weights').
+	if (mb == 1 && gemv_t_level(w) == LANES_AVX512 && reads16()) {
+		int n4 = n0 + (n1 - n0) / 4 * 4;
+		qmm_gemv_t_avx512(w, xp, xsum, 1, n0, n4, out, ldo);
+		n0 = n4;
+	}
+#endif
+	HALF_EACH(w, n0, n1, t0, tn, lw, qmm_gemv_t_f32(lw, xp, xsum, mb, 0, tn, out + t0, ldo));
+}
+
+void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
+                   int n0, int n1, float *out, int vnni) {
+	if (w->scales || vnni) { // the VNNI kernels read 16-bit scales themselves
+		qmm_gemv_t_i8_f32(w, xq, xsl, xsum, n0, n1, out, vnni);
+		return;
+	}
+	HALF_EACH(w, n0, n1, t0, tn, lw, qmm_gemv_t_i8_f32(lw, xq, xsl, xsum, 0, tn, out + t0, vnni));
+}
+
+void qmm_dequant(const qmm_w *w, int n0, int n1, float *dst) {
+	if (w->scales) {
+		dequant_f32(w, n0, n1, dst);
+		return;
+	}
+	HALF_EACH(w, n0, n1, t0, tn, lw, dequant_f32(lw, 0, tn, dst + (long)(t0 - n0) * w->K));
+}
+
+// The transposed product sums over rows, so its range is widened whole: rows [n0, n1) are
+// one tile, in a buffer allocated for it where they do not fit the thread's.
+void qmm_gemv(const qmm_w *w, int n0, int n1, const float *x, int ldx, int mb,
+              float *out, int ldo, float *scratch) {
+	if (w->scales) {
+		gemv_f32(w, n0, n1, x, ldx, mb, out, ldo, scratch);
+		return;
+	}
+	if (n1 <= n0) {
+		gemv_f32(w, n0, n0, x, ldx, mb, out, ldo, scratch); // zeroes out, as the float form does
+		return;
+	}
+	long need = 2L * (n1 - n0) * (w->K / w->group);
+	float *buf = need <= 2 * HALF_TILE ? half_buf : malloc(sizeof(float) * (size_t)need);
+	if (!buf) abort();
+	qmm_w tw;
+	gemv_f32(half_tile(w, n0, n1 - n0, buf, &tw), 0, n1 - n0, x + n0, ldx, mb, out, ldo, scratch);
+	if (buf != half_buf) free(buf);
 }

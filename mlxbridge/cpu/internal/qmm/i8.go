@@ -55,7 +55,7 @@ var i8Pool sync.Pool
 // with x rounded to 8 bits (one scale per 32/bits values) and integer dot products: each
 // value of x moves by at most half its scale, and nothing else is rounded differently. It
 // returns false, doing nothing, where HasInt8(bits) is false.
-func MatVecTInt8(out, x []float32, K int, packed []uint32, scales, biases []float32, N, groupSize, bits int) bool {
+func MatVecTInt8[S Scales](out, x []float32, K int, packed []uint32, scales, biases S, N, groupSize, bits int) bool {
 	if !HasInt8(bits) {
 		return false
 	}

@@ -128,8 +128,8 @@ void qmm_gemv_t_i8_vnni(const qmm_w *w, const int8_t *xq, const float *xsl, cons
 I8AVX2(4)
 I8AVX2(1)
 
-void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
-                   int n0, int n1, float *out, int vnni) {
+void qmm_gemv_t_i8_f32(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
+                       int n0, int n1, float *out, int vnni) {
 	if (vnni) {
 		qmm_gemv_t_i8_vnni(w, xq, xsl, xsum, n0, n1, out);
 		return;
@@ -142,6 +142,6 @@ void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const flo
 #else
 int qmm_cpu_vnni(void) { return 0; }
 void qmm_prepare_x_i8(const qmm_w *w, const float *x, int8_t *xq, float *xsl, float *xsum) {}
-void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
-                   int n0, int n1, float *out, int vnni) {}
+void qmm_gemv_t_i8_f32(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
+                       int n0, int n1, float *out, int vnni) {}
 #endif

@@ -34,13 +34,19 @@ static inline __attribute__((always_inline)) void pf_chunk(const char *start, in
 	}
 }
 
+// Where a row's scales and biases are, and their bytes each: float32, or 16-bit.
+static inline const char *pf_scales(const qmm_w *w) { return w->scales ? (const char *)w->scales : (const char *)w->scales16; }
+static inline const char *pf_biases(const qmm_w *w) { return w->scales ? (const char *)w->biases : (const char *)w->biases16; }
+static inline long pf_width(const qmm_w *w) { return w->scales ? 4 : 2; }
+
 // The scales and biases of the row set that is PF_GROUPS bytes past set n.
 static inline void pf_groups(const qmm_w *w, int n, int R, int G) {
-	long set = 4L * R * G, extra = PF_GROUPS - set;
-	long from = 4L * (n + R) * G + (extra > 0 ? extra : 0);
+	long e = pf_width(w), set = e * R * G, extra = PF_GROUPS - set;
+	long from = e * (n + R) * G + (extra > 0 ? extra : 0);
+	const char *s = pf_scales(w), *b = pf_biases(w);
 	for (long o = 0; o < set; o += 64) {
-		_mm_prefetch((const char *)w->scales + from + o, _MM_HINT_T0);
-		_mm_prefetch((const char *)w->biases + from + o, _MM_HINT_T0);
+		_mm_prefetch(s + from + o, _MM_HINT_T0);
+		_mm_prefetch(b + from + o, _MM_HINT_T0);
 	}
 }
 
@@ -48,10 +54,11 @@ static inline void pf_groups(const qmm_w *w, int n, int R, int G) {
 static inline void pf_first(const qmm_w *w, int n0, int R, int words, int G, int dist) {
 	const char *p = (const char *)(w->packed + (long)n0 * words), *end = pf_start(w, n0, R, words, dist);
 	for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
-	long set = 4L * R * G, extra = PF_GROUPS - set, len = set + (extra > 0 ? extra : 0);
+	long e = pf_width(w), set = e * R * G, extra = PF_GROUPS - set, len = set + (extra > 0 ? extra : 0);
+	const char *s = pf_scales(w) + e * n0 * G, *b = pf_biases(w) + e * n0 * G;
 	for (long o = 0; o < len; o += 64) {
-		_mm_prefetch((const char *)(w->scales + (long)n0 * G) + o, _MM_HINT_T0);
-		_mm_prefetch((const char *)(w->biases + (long)n0 * G) + o, _MM_HINT_T0);
+		_mm_prefetch(s + o, _MM_HINT_T0);
+		_mm_prefetch(b + o, _MM_HINT_T0);
 	}
 }
 

@@ -71,7 +71,17 @@ type weights struct {
 	pinner runtime.Pinner
 }
 
-func newWeights(op string, packed []uint32, scales, biases []float32, N, K, groupSize, bits int) *weights {
+// Scales are a quantized W's scales or biases: float32, or a 16-bit checkpoint's own
+// bfloat16 (BF16) or float16 (F16) bits, which the kernels read at that width.
+type Scales interface{ []float32 | BF16 | F16 }
+
+// BF16 holds bfloat16 scales or biases, F16 float16 ones, as their bits.
+type (
+	BF16 []uint16
+	F16  []uint16
+)
+
+func newWeights[S Scales](op string, packed []uint32, scales, biases S, N, K, groupSize, bits int) *weights {
 	if bits < 2 || bits > 8 {
 		panic(fmt.Sprintf("qmm.%s: %d bits outside 2..8", op, bits))
 	}
@@ -88,23 +98,40 @@ func newWeights(op string, packed []uint32, scales, biases []float32, N, K, grou
 	}
 	w := &weights{N: N, K: K}
 	w.c = C.qmm_w{K: C.int(K), group: C.int(groupSize), bits: C.int(bits)}
-	if N > 0 {
-		w.pinner.Pin(&packed[0])
-		w.pinner.Pin(&scales[0])
-		w.pinner.Pin(&biases[0])
-		w.c.packed = (*C.uint32_t)(unsafe.Pointer(&packed[0]))
-		w.c.scales = (*C.float)(&scales[0])
-		w.c.biases = (*C.float)(&biases[0])
+	if N == 0 {
+		return w
+	}
+	w.pinner.Pin(&packed[0])
+	w.c.packed = (*C.uint32_t)(unsafe.Pointer(&packed[0]))
+	switch s := any(scales).(type) {
+	case []float32:
+		b := any(biases).([]float32)
+		w.pinner.Pin(&s[0])
+		w.pinner.Pin(&b[0])
+		w.c.scales, w.c.biases = (*C.float)(&s[0]), (*C.float)(&b[0])
+	case BF16:
+		w.half(s, any(biases).(BF16), false)
+	case F16:
+		w.half(s, any(biases).(F16), true)
 	}
 	return w
+}
+
+// half points w at 16-bit scales and biases.
+func (w *weights) half(s, b []uint16, f16 bool) {
+	w.pinner.Pin(&s[0])
+	w.pinner.Pin(&b[0])
+	w.c.scales16, w.c.biases16 = hp(s), hp(b)
+	w.c.f16 = cbool(f16)
 }
 
 func (w *weights) close() { w.pinner.Unpin() }
 
 // MatMulT sets out = x @ dequant(W)^T: x is (M, K), W is (N, K) stored as packed
-// (N, K*bits/32) words and (N, K/groupSize) scales and biases, out is (M, N). All row-major.
+// (N, K*bits/32) words and (N, K/groupSize) scales and biases (float32, or BF16 or F16
+// bits read at that width), out is (M, N). All row-major.
 // bits may be 2..8; groupSize 32, 64 or 128. It panics on inconsistent shapes.
-func MatMulT(out, x []float32, M, K int, packed []uint32, scales, biases []float32, N, groupSize, bits int) {
+func MatMulT[S Scales](out, x []float32, M, K int, packed []uint32, scales, biases S, N, groupSize, bits int) {
 	w := newWeights("MatMulT", packed, scales, biases, N, K, groupSize, bits)
 	defer w.close()
 	if len(x) < M*K || len(out) < M*N || M < 0 {
@@ -122,7 +149,7 @@ func MatMulT(out, x []float32, M, K int, packed []uint32, scales, biases []float
 
 // MatMul sets out = x @ dequant(W): W is (N, K) as in MatMulT, x is (M, N), out is (M, K). It
 // is the backward of MatMulT with respect to x. It panics on inconsistent shapes.
-func MatMul(out, x []float32, M, N int, packed []uint32, scales, biases []float32, K, groupSize, bits int) {
+func MatMul[S Scales](out, x []float32, M, N int, packed []uint32, scales, biases S, K, groupSize, bits int) {
 	w := newWeights("MatMul", packed, scales, biases, N, K, groupSize, bits)
 	defer w.close()
 	if len(x) < M*N || len(out) < M*K || M < 0 {

@@ -9,8 +9,14 @@
 typedef struct {
 	int K, group, bits;      // W is (N, K), quantized in groups of `group` along K
 	const uint32_t *packed;  // (N, K*bits/32)
-	const float *scales;     // (N, K/group)
-	const float *biases;     // (N, K/group)
+	const float *scales;     // (N, K/group); NULL where the scales are 16-bit (below)
+	const float *biases;     // (N, K/group); NULL with scales
+	// A 16-bit checkpoint's scales and biases at their own width, (N, K/group) bfloat16 bits,
+	// or float16 where f16 is set, so memory is read at two bytes a scale. Decoding's AVX-512
+	// kernels (exact and VNNI) read them in their own loops; the other entry points widen
+	// them a tile of rows at a time into a buffer that stays in cache.
+	const uint16_t *scales16, *biases16;
+	int f16;
 } qmm_w;
 
 // Kernel selection, decided once from cpuid: 2 when the AVX-512 matrix-vector kernels run
@@ -50,6 +56,13 @@ void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const flo
 
 // Dequantizes rows [n0, n1) of W into dst, row-major with leading dimension K.
 void qmm_dequant(const qmm_w *w, int n0, int n1, float *dst);
+
+// The entry points' forms for float32 scales only (w->scales set), which the 16-bit forms run
+// on each widened tile.
+void qmm_gemv_t_f32(const qmm_w *w, const float *xp, const float *xsum, int mb,
+                    int n0, int n1, float *out, int ldo);
+void qmm_gemv_t_i8_f32(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
+                       int n0, int n1, float *out, int vnni);
 
 // Portable kernels, also the fallback for bit widths without a SIMD kernel. For 2, 4 and 8
 // bits the matrix-vector kernels read x in the lane layout of qmm_prepare_x_lanes (16 lanes

@@ -184,7 +184,7 @@ func TestEmptyAndInvalid(t *testing.T) {
 	out[32] = 7
 	MatMulT(out, nil, 0, 64, w.packed, w.scales, w.biases, 3, 32, 4) // M = 0: nothing to do
 	out[0] = 7
-	MatMul(out, []float32{}, 1, 0, nil, nil, nil, 32, 32, 4) // N = 0: out = 0
+	MatMul[[]float32](out, []float32{}, 1, 0, nil, nil, nil, 32, 32, 4) // N = 0: out = 0
 	if out[0] != 0 || out[32] != 7 {
 		t.Fatalf("MatMul with N = 0 gave out[0], out[32] = %g, %g, want 0, 7", out[0], out[32])
 	}
