@@ -41,7 +41,7 @@ func TestLoadDType(t *testing.T) {
 		}
 		for name, a := range m.Params() {
 			want := tc.want
-			if (tc.flag == "" || tc.flag == "float32") && keptCompact(name, a.Ndim()) {
+			if (tc.flag == "" || tc.flag == "float32") && keptCompact(name, a.Ndim(), mx.ReadsCompactScales(b)) {
 				want = mx.BFloat16
 			}
 			if a.DType() != mx.Uint32 && a.DType() != want {
@@ -118,7 +118,7 @@ func TestCompactWeights(t *testing.T) {
 				continue
 			}
 			want := mx.Float32
-			if keptCompact(name, a.Ndim()) {
+			if keptCompact(name, a.Ndim(), mx.ReadsCompactScales(b)) {
 				want, matrices = mx.BFloat16, matrices+1
 			}
 			if a.DType() != want {

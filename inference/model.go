@@ -189,6 +189,7 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 	src := &dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType, dtype: opts.DType}
 	_, compacts := b.(mx.Compacter)
 	src.compact = compacts && !opts.KeepDType && opts.DType == mx.Float32 && !opts.WidenWeights
+	src.scales = src.compact && mx.ReadsCompactScales(b)
 	bd := newBinder(src, &m.cfg)
 	if err := m.bind(bd); err != nil {
 		return nil, err
@@ -248,11 +249,11 @@ func NewRandom(cfg Config, seed uint64, b mx.Backend) *Model {
 }
 
 // CompactWeights rounds m's float weight matrices (its linear layers' and its
-// embedding's, and their quantized scales and biases, not the norms or a linear
-// layer's bias vector) to dt, bfloat16 or float16, and keeps them
-// compact (mx.Compact), with the activations as they were: what a float32 load of a
-// 16-bit checkpoint gives (LoadOptions.DType). Benchmarks and tests use it on random
-// models.
+// embedding's, and their quantized scales and biases where the backend reads those
+// compact, not the norms or a linear layer's bias vector) to dt, bfloat16 or float16,
+// and keeps them compact (mx.Compact), with the activations as they were: what a
+// float32 load of a 16-bit checkpoint gives (LoadOptions.DType). Benchmarks and tests
+// use it on random models.
 func (m *Model) CompactWeights(dt mx.DType) error {
 	if dt != mx.BFloat16 && dt != mx.Float16 {
 		return fmt.Errorf("inference: compact weights in %s: want bfloat16 or float16", dt)
@@ -260,8 +261,9 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 	m.ad.mu.Lock()
 	defer m.ad.mu.Unlock()
 	var err error
+	scales := mx.ReadsCompactScales(m.b)
 	m.slots(func(name string, slot **mx.Array) {
-		if a := *slot; err == nil && a.DType().IsFloat() && keptCompact(name, a.Ndim()) {
+		if a := *slot; err == nil && a.DType().IsFloat() && keptCompact(name, a.Ndim(), scales) {
 			c := mx.Compact(mx.AsType(a, dt))
 			if err = c.Err(); err == nil {
 				*slot = c
@@ -323,11 +325,14 @@ func (m *Model) Int8Decode() bool { return m.int8.Load() }
 
 // keptCompact reports whether a checkpoint tensor of ndim dimensions is what a
 // float32 load keeps compact: a weight matrix (a linear layer's or an embedding
-// table) or a quantized matrix's scales or biases, which the cpu backend's
-// kernels read at their 16-bit width (a bfloat16 checkpoint's 4-bit layers then
-// stream 4.5 bits a weight, not 5).
-func keptCompact(name string, ndim int) bool {
-	return ndim == 2 && (strings.HasSuffix(name, ".weight") || strings.HasSuffix(name, ".scales") || strings.HasSuffix(name, ".biases"))
+// table) and, where scales is set (the backend's decoding kernels read them at
+// their 16-bit width: mx.ReadsCompactScales), a quantized matrix's scales or
+// biases; a bfloat16 checkpoint's 4-bit layers then stream 4.5 bits a weight, not 5.
+func keptCompact(name string, ndim int, scales bool) bool {
+	if ndim != 2 {
+		return false
+	}
+	return strings.HasSuffix(name, ".weight") || scales && (strings.HasSuffix(name, ".scales") || strings.HasSuffix(name, ".biases"))
 }
 
 // Config returns the model's configuration.

@@ -260,6 +260,7 @@ type dirSource struct {
 	keep    bool
 	dtype   mx.DType
 	compact bool // keep 16-bit weight matrices compact (LoadOptions.DType)
+	scales  bool // and a quantized matrix's 16-bit scales and biases (mx.ReadsCompactScales)
 }
 
 func (d *dirSource) has(name string) bool {
@@ -289,7 +290,7 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 		return nil, fmt.Errorf("%w: tensor %q holds %s at element %d (of %d) in %s",
 			ErrNonFinite, name, nonFiniteText(info.DType, raw, i), i, info.NumElements(), d.dir)
 	}
-	load, matrix := mx.LoadTensor, d.compact && keptCompact(name, len(shape))
+	load, matrix := mx.LoadTensor, d.compact && keptCompact(name, len(shape), d.scales)
 	if matrix {
 		load = mx.LoadTensorCompact // a 16-bit matrix straight into compact storage
 	}

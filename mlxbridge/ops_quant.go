@@ -123,6 +123,15 @@ func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array 
 	return newArray("quantized_matmul_a8", x.b, h, err, out, x.dtype)
 }
 
+// ReadsCompactScales reports whether b's quantized products read compact 16-bit
+// scales and biases (mx.Compact) as fast as float32 ones or faster, so a 16-bit
+// checkpoint's may stay compact. Where it is false, every product would widen
+// them first: keep them float32.
+func ReadsCompactScales(b Backend) bool {
+	r, ok := b.(CompactScaleReader)
+	return ok && r.ReadsCompactScales()
+}
+
 // HasQuantizedA8 reports whether QuantizedMatmulA8 multiplies bits-bit weights
 // on integers on b (elsewhere it is the exact product).
 func HasQuantizedA8(b Backend, bits int) bool {

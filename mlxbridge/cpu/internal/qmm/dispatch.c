@@ -150,6 +150,10 @@ static const qmm_w *half_tile(const qmm_w *w, int t0, int tn, float *buf, qmm_w 
 
 // Whether the AVX-512 decode kernels can read 16-bit scales themselves: they need AVX-512BW
 // (16-bit loads and permutes) besides the F and VL the float32 forms need.
+static int reads16(void);
+
+int qmm_reads_half_scales(void) { return qmm_simd() >= LANES_AVX512 && reads16(); }
+
 static int reads16(void) {
 #ifdef QMM_X86
 	static int have = -1;

@@ -403,6 +403,11 @@ func parallel(n, align, costPerItem int, fn func(lo, hi int)) {
 // use it to cover every path on one machine.
 func limitSIMD(level int) { C.qmm_limit_simd(C.int(level)) }
 
+// ReadsHalfScales reports whether decoding's kernels read BF16 and F16 scales and biases
+// in their own loops here (AVX-512 with BW): only then are 16-bit scales as fast as
+// float32 ones or faster. Elsewhere they are widened a tile at a time, which is slower.
+func ReadsHalfScales() bool { return C.qmm_reads_half_scales() != 0 }
+
 // simdLevel reports the kernel level in use.
 func simdLevel() int { return int(C.qmm_simd()) }
 
