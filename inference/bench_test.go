@@ -465,6 +465,40 @@ func BenchmarkGenerateMLX(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeGraphMLX is what building one decode step costs the host on the
+// mlx backend, without computing it: the forward pass of one token after 16 and the
+// greedy draw on the device, as generateQueued issues them (skipped where libmlxc
+// does not load). On a GPU the step computes while the host builds the next one,
+// so for small models this is what bounds decoding; us/step is per step. Each step
+// is then computed and the cache cut back, outside the timing.
+func BenchmarkDecodeGraphMLX(b *testing.B) {
+	m, be := mlxDemo(b)
+	s := NewSession(m)
+	if _, _, err := s.Prefill(tokenSeq(16, m.cfg.VocabSize, 1)); err != nil {
+		b.Fatal(err)
+	}
+	sampler, err := NewSampler(SampleOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok := mx.FromData(be, mx.Int32, []int32{5}, 1, 1)
+	var build time.Duration
+	for b.Loop() {
+		var next *mx.Array
+		start := time.Now()
+		mx.Run(be, func() {
+			logits := m.ForwardLast(tok, s.cache)
+			next, _ = sampler.deviceDraw(mx.Reshape(logits, m.cfg.VocabSize), false)
+		})
+		build += time.Since(start)
+		if err := mx.Eval(next); err != nil {
+			b.Fatal(err)
+		}
+		s.cache.Trim(16)
+	}
+	b.ReportMetric(build.Seconds()*1e6/float64(b.N), "us/step")
+}
+
 // BenchmarkPrefillMLX is a 500-token prefill of the bundled demo model on the
 // mlx backend (skipped where libmlxc does not load), best of b.N: to compare
 // with mlx-lm's model(prompt, cache) and eval on the same MLX build.

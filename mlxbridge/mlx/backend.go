@@ -35,6 +35,8 @@ type Backend struct {
 	live    atomic.Int64 // bytes of arrays whose handles are alive, as shapes say
 	gcAt    atomic.Int64 // live bytes at which a collection is started
 	gcBusy  atomic.Bool
+
+	ropes map[ropeKey]*ropeTable // RoPE's angles on the CPU device (rope.go); worker only
 }
 
 var (

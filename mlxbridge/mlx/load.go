@@ -3,7 +3,7 @@
 package mlx
 
 /*
-#cgo linux LDFLAGS: -ldl
+#cgo linux LDFLAGS: -ldl -lm
 #include <stdlib.h>
 #include "mlxc.h"
 */

@@ -4,6 +4,7 @@
 // by dlsym, thin wrappers that call through it, and the capturing error handler.
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -114,3 +115,5 @@ static int closure_trampoline(mlxc_vector* out, const mlxc_vector in, void* payl
 mlxc_closure mlxc_closure_for(uintptr_t handle) {
   return mlxc_closure_new_func_payload(closure_trampoline, (void*)handle, NULL);
 }
+
+float mlxc_rope_step(float base, int half) { return logf(base) / (float)half; }

@@ -47,7 +47,8 @@ func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
 }
 
 // RoPE uses fast.rope, which wants at least three axes and rotates along axis -2
-// as we do. The inverse rotation (for gradients) turns by the negative angle:
+// as we do, or on the CPU device the same rotation from a table of its angles
+// (rope.go). The inverse rotation (for gradients) turns by the negative angle:
 // MLX's positions are multiplied by scale, so a negated scale does exactly that.
 func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	shape := x.Shape()
@@ -57,6 +58,9 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	}
 	return be.exec("rope", func(s *scope) C.mlxc_array {
 		a := s.in(x)
+		if be.ropeByTable(shape, o) && s.err == nil {
+			return be.ropeRows(s, a, shape, ropeKey{o.Dims, o.Base, scale, C.mlxc_array_dtype(a)}, o.Offset)
+		}
 		if len(shape) < 3 {
 			a = s.reshape(a, append([]int{1, 1, 1}[:3-len(shape)], shape...))
 		}
