@@ -11,17 +11,48 @@ import (
 
 // halfScales rounds w's scales and biases to bfloat16 (or float16) in place and returns
 // their bits: the float32 copy then holds exactly the values the 16-bit kernels widen.
-func halfScales(w *qweights, f16 bool) (s, b []uint16) {
+func halfScales(w *qweights, f16 bool) half16 {
 	narrow, widen := safetensors.Float32ToBFloat16, safetensors.BFloat16ToFloat32
 	if f16 {
 		narrow, widen = safetensors.Float32ToFloat16, safetensors.Float16ToFloat32
 	}
-	s, b = make([]uint16, len(w.scales)), make([]uint16, len(w.biases))
+	s, b := make([]uint16, len(w.scales)), make([]uint16, len(w.biases))
 	for i := range w.scales {
 		s[i], b[i] = narrow(w.scales[i]), narrow(w.biases[i])
 		w.scales[i], w.biases[i] = widen(s[i]), widen(b[i])
 	}
-	return s, b
+	return half16{s, b, f16}
+}
+
+// half16 is a W's scales and biases as 16-bit bits, float16 where f16 is set, else
+// bfloat16: the products take them as F16 or BF16.
+type half16 struct {
+	s, b []uint16
+	f16  bool
+}
+
+func (h half16) matMulT(out, x []float32, M, K int, packed []uint32, N, group, bits int) {
+	if h.f16 {
+		MatMulT(out, x, M, K, packed, F16(h.s), F16(h.b), N, group, bits)
+	} else {
+		MatMulT(out, x, M, K, packed, BF16(h.s), BF16(h.b), N, group, bits)
+	}
+}
+
+func (h half16) matMul(out, x []float32, M, N int, packed []uint32, K, group, bits int) {
+	if h.f16 {
+		MatMul(out, x, M, N, packed, F16(h.s), F16(h.b), K, group, bits)
+	} else {
+		MatMul(out, x, M, N, packed, BF16(h.s), BF16(h.b), K, group, bits)
+	}
+}
+
+func (h half16) matVecTInt8(out, x []float32, K int, packed []uint32, N, group, bits int) {
+	if h.f16 {
+		MatVecTInt8(out, x, K, packed, F16(h.s), F16(h.b), N, group, bits)
+	} else {
+		MatVecTInt8(out, x, K, packed, BF16(h.s), BF16(h.b), N, group, bits)
+	}
 }
 
 // sameBits fails unless got and want are the same floats, bit for bit.
@@ -50,7 +81,7 @@ func TestSixteenBitScales(t *testing.T) {
 		} {
 			for _, f16 := range []bool{false, true} {
 				w := randomWeights(rng, c.N, c.K, c.group, c.bits)
-				s, b := halfScales(w, f16)
+				h := halfScales(w, f16)
 				for _, M := range []int{1, 3, 5, 70} {
 					if c.K > 100000 && M > 3 {
 						continue
@@ -59,21 +90,13 @@ func TestSixteenBitScales(t *testing.T) {
 					x := randomFloats(rng, M*c.K)
 					want, got := make([]float32, M*c.N), make([]float32, M*c.N)
 					MatMulT(want, x, M, c.K, w.packed, w.scales, w.biases, c.N, c.group, c.bits)
-					if f16 {
-						MatMulT(got, x, M, c.K, w.packed, F16(s), F16(b), c.N, c.group, c.bits)
-					} else {
-						MatMulT(got, x, M, c.K, w.packed, BF16(s), BF16(b), c.N, c.group, c.bits)
-					}
+					h.matMulT(got, x, M, c.K, w.packed, c.N, c.group, c.bits)
 					sameBits(t, "MatMulT "+name, got, want)
 
 					xt := randomFloats(rng, M*c.N)
 					want, got = make([]float32, M*c.K), make([]float32, M*c.K)
 					MatMul(want, xt, M, c.N, w.packed, w.scales, w.biases, c.K, c.group, c.bits)
-					if f16 {
-						MatMul(got, xt, M, c.N, w.packed, F16(s), F16(b), c.K, c.group, c.bits)
-					} else {
-						MatMul(got, xt, M, c.N, w.packed, BF16(s), BF16(b), c.K, c.group, c.bits)
-					}
+					h.matMul(got, xt, M, c.N, w.packed, c.K, c.group, c.bits)
 					sameBits(t, "MatMul "+name, got, want)
 				}
 			}
@@ -94,15 +117,11 @@ func TestSixteenBitScalesInt8(t *testing.T) {
 			}
 			for _, f16 := range []bool{false, true} {
 				w := randomWeights(rng, c.N, c.K, c.group, c.bits)
-				s, b := halfScales(w, f16)
+				h := halfScales(w, f16)
 				x := randomFloats(rng, c.K)
 				want, got := make([]float32, c.N), make([]float32, c.N)
 				MatVecTInt8(want, x, c.K, w.packed, w.scales, w.biases, c.N, c.group, c.bits)
-				if f16 {
-					MatVecTInt8(got, x, c.K, w.packed, F16(s), F16(b), c.N, c.group, c.bits)
-				} else {
-					MatVecTInt8(got, x, c.K, w.packed, BF16(s), BF16(b), c.N, c.group, c.bits)
-				}
+				h.matVecTInt8(got, x, c.K, w.packed, c.N, c.group, c.bits)
 				sameBits(t, fmt.Sprintf("MatVecTInt8 f16=%v bits=%d group=%d N=%d K=%d", f16, c.bits, c.group, c.N, c.K), got, want)
 			}
 		}
