@@ -81,9 +81,15 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 
 // SDPA uses fast.scaled_dot_product_attention. Its causal mode masks key j for
 // query i when j > i + S − L, like ours; a causal mask together with an explicit
-// one is folded into one array mask here, since MLX takes one or the other.
+// one is folded into one array mask here, since MLX takes one or the other. One
+// query (a decode step) sees every key, so it is asked for without a mask, as
+// mlx-lm asks: on the CPU device the causal mode's fallback would build and apply
+// a mask of all keys (two aranges, a comparison and a where a layer, every token).
 func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) (mx.Handle, error) {
 	l, sl := q.Dim(2), k.Dim(2)
+	if l == 1 {
+		causal = false
+	}
 	return be.exec("sdpa", func(s *scope) C.mlxc_array {
 		qa, ka, va := s.in(q), s.in(k), s.in(v)
 		t := C.mlxc_array_dtype(qa)
