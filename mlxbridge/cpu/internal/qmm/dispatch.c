@@ -152,10 +152,6 @@ static const qmm_w *half_tile(const qmm_w *w, int t0, int tn, float *buf, qmm_w 
 // (16-bit loads and permutes) besides the F and VL the float32 forms need. Float16 scales
 // also take F16C, which every AVX-512 processor has (and clang's __builtin_cpu_supports
 // does not name).
-static int reads16(void);
-
-int qmm_reads_half_scales(void) { return qmm_simd() >= LANES_AVX512 && reads16(); }
-
 static int reads16(void) {
 #ifdef QMM_X86
 	static int have = -1;
@@ -168,6 +164,8 @@ static int reads16(void) {
 	return 0;
 #endif
 }
+
+int qmm_reads_half_scales(void) { return qmm_simd() >= LANES_AVX512 && reads16(); }
 
 void qmm_gemv_t(const qmm_w *w, const float *xp, const float *xsum, int mb,
                 int n0, int n1, float *out, int ldo) {
