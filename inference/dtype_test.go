@@ -41,7 +41,7 @@ func TestLoadDType(t *testing.T) {
 		}
 		for name, a := range m.Params() {
 			want := tc.want
-			if (tc.flag == "" || tc.flag == "float32") && keptCompact(name, a.Ndim(), mx.ReadsCompactScales(b)) {
+			if (tc.flag == "" || tc.flag == "float32") && keptCompact(name, a.Ndim(), m.cfg.Quantization, b) {
 				want = mx.BFloat16
 			}
 			if a.DType() != mx.Uint32 && a.DType() != want {
@@ -102,7 +102,8 @@ func TestCompactWeights(t *testing.T) {
 	if _, err := QuantizeModelWith(filepath.Join("testdata", "models", "qwen3-bf16"), q4, QuantizeOptions{Bits: 4, GroupSize: 32}); err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{filepath.Join("testdata", "models", "llama3-bf16"), filepath.Join("testdata", "models", "qwen3-bf16"), q4} {
+	mixed := filepath.Join("testdata", "mlxlm", "mixed_3_6") // 3-, 4- and 6-bit layers
+	for _, dir := range []string{filepath.Join("testdata", "models", "llama3-bf16"), filepath.Join("testdata", "models", "qwen3-bf16"), q4, mixed} {
 		folder := filepath.Base(dir)
 		compact, err := Load(dir, b)
 		if err != nil {
@@ -118,7 +119,7 @@ func TestCompactWeights(t *testing.T) {
 				continue
 			}
 			want := mx.Float32
-			if keptCompact(name, a.Ndim(), mx.ReadsCompactScales(b)) {
+			if keptCompact(name, a.Ndim(), compact.cfg.Quantization, b) {
 				want, matrices = mx.BFloat16, matrices+1
 			}
 			if a.DType() != want {
@@ -128,8 +129,28 @@ func TestCompactWeights(t *testing.T) {
 				t.Errorf("%s widened: %s is %s", folder, name, w.DType())
 			}
 		}
-		if matrices == 0 {
+		if matrices == 0 && dir != mixed {
 			t.Fatalf("%s: no weight matrix kept compact", folder)
+		}
+		// Scales stay compact only where the decode kernels read them at that width:
+		// a 4-bit model's on a machine whose kernels do, never 3- or 6-bit layers'.
+		if mx.ReadsCompactScales(b, 4) {
+			for _, c := range []struct {
+				dir, name string
+				want      mx.DType
+			}{
+				{q4, "model.layers.0.self_attn.q_proj.scales", mx.BFloat16},
+				{mixed, "model.embed_tokens.scales", mx.Float32},              // 3 bits
+				{mixed, "model.layers.2.mlp.down_proj.biases", mx.Float32},    // 6 bits
+				{mixed, "model.layers.0.self_attn.q_proj.scales", mx.Float32}, // 3 bits
+			} {
+				if c.dir != dir {
+					continue
+				}
+				if got := compact.Params()[c.name].DType(); got != c.want {
+					t.Errorf("%s: %s is %s, want %s", folder, c.name, got, c.want)
+				}
+			}
 		}
 		near := func(what string, got, want *mx.Array) {
 			t.Helper()

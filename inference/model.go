@@ -189,7 +189,7 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 	src := &dirSource{set: set, dir: dir, b: b, keep: opts.KeepDType, dtype: opts.DType}
 	_, compacts := b.(mx.Compacter)
 	src.compact = compacts && !opts.KeepDType && opts.DType == mx.Float32 && !opts.WidenWeights
-	src.scales = src.compact && mx.ReadsCompactScales(b)
+	src.quant = m.cfg.Quantization
 	bd := newBinder(src, &m.cfg)
 	if err := m.bind(bd); err != nil {
 		return nil, err
@@ -261,9 +261,8 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 	m.ad.mu.Lock()
 	defer m.ad.mu.Unlock()
 	var err error
-	scales := mx.ReadsCompactScales(m.b)
 	m.slots(func(name string, slot **mx.Array) {
-		if a := *slot; err == nil && a.DType().IsFloat() && keptCompact(name, a.Ndim(), scales) {
+		if a := *slot; err == nil && a.DType().IsFloat() && keptCompact(name, a.Ndim(), m.cfg.Quantization, m.b) {
 			c := mx.Compact(mx.AsType(a, dt))
 			if err = c.Err(); err == nil {
 				*slot = c
@@ -324,15 +323,31 @@ func (m *Model) decodesInt8() bool {
 func (m *Model) Int8Decode() bool { return m.int8.Load() }
 
 // keptCompact reports whether a checkpoint tensor of ndim dimensions is what a
-// float32 load keeps compact: a weight matrix (a linear layer's or an embedding
-// table) and, where scales is set (the backend's decoding kernels read them at
-// their 16-bit width: mx.ReadsCompactScales), a quantized matrix's scales or
-// biases; a bfloat16 checkpoint's 4-bit layers then stream 4.5 bits a weight, not 5.
-func keptCompact(name string, ndim int, scales bool) bool {
+// float32 load on b keeps compact: a weight matrix (a linear layer's or an embedding
+// table), and a quantized matrix's scales or biases where b's decoding kernels read
+// them at their 16-bit width for that matrix's bits (mx.ReadsCompactScales, q giving
+// the bits); a bfloat16 checkpoint's 4-bit layers then stream 4.5 bits a weight, not 5.
+func keptCompact(name string, ndim int, q *Quantization, b mx.Backend) bool {
 	if ndim != 2 {
 		return false
 	}
-	return strings.HasSuffix(name, ".weight") || scales && (strings.HasSuffix(name, ".scales") || strings.HasSuffix(name, ".biases"))
+	if strings.HasSuffix(name, ".weight") {
+		return true
+	}
+	path, ok := strings.CutSuffix(name, ".scales")
+	if !ok {
+		path, ok = strings.CutSuffix(name, ".biases")
+	}
+	if !ok || q == nil {
+		return false
+	}
+	alts := q.alternatives(path)
+	for _, p := range alts {
+		if !mx.ReadsCompactScales(b, p.Bits) {
+			return false
+		}
+	}
+	return len(alts) > 0
 }
 
 // Config returns the model's configuration.

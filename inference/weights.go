@@ -259,8 +259,8 @@ type dirSource struct {
 	b       mx.Backend
 	keep    bool
 	dtype   mx.DType
-	compact bool // keep 16-bit weight matrices compact (LoadOptions.DType)
-	scales  bool // and a quantized matrix's 16-bit scales and biases (mx.ReadsCompactScales)
+	compact bool          // keep 16-bit weight matrices compact (LoadOptions.DType)
+	quant   *Quantization // the bits of each quantized matrix, whose scales may stay compact (keptCompact)
 }
 
 func (d *dirSource) has(name string) bool {
@@ -290,7 +290,7 @@ func (d *dirSource) load(name string, shape []int) (*mx.Array, error) {
 		return nil, fmt.Errorf("%w: tensor %q holds %s at element %d (of %d) in %s",
 			ErrNonFinite, name, nonFiniteText(info.DType, raw, i), i, info.NumElements(), d.dir)
 	}
-	load, matrix := mx.LoadTensor, d.compact && keptCompact(name, len(shape), d.scales)
+	load, matrix := mx.LoadTensor, d.compact && keptCompact(name, len(shape), d.quant, d.b)
 	if matrix {
 		load = mx.LoadTensorCompact // a 16-bit matrix straight into compact storage
 	}

@@ -180,9 +180,9 @@ type (
 		CompactBits(dt DType, raw []byte) (Handle, error)
 	}
 	// CompactScaleReader reports whether QuantizedMatmul reads compact 16-bit
-	// scales and biases at their width in its decoding kernels; elsewhere they are
-	// best widened once, at load (ReadsCompactScales).
-	CompactScaleReader interface{ ReadsCompactScales() bool }
+	// scales and biases of bits-bit weights at their width in its decoding kernels;
+	// elsewhere they are best widened once, at load (ReadsCompactScales).
+	CompactScaleReader interface{ ReadsCompactScales(bits int) bool }
 	// PartsAttender runs AttendParts without joining the parts: the shapes are
 	// checked, at least one part, all of q's dtype.
 	PartsAttender interface {

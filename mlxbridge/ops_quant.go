@@ -123,13 +123,13 @@ func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array 
 	return newArray("quantized_matmul_a8", x.b, h, err, out, x.dtype)
 }
 
-// ReadsCompactScales reports whether b's quantized products read compact 16-bit
-// scales and biases (mx.Compact) as fast as float32 ones or faster, so a 16-bit
-// checkpoint's may stay compact. Where it is false, every product would widen
-// them first: keep them float32.
-func ReadsCompactScales(b Backend) bool {
+// ReadsCompactScales reports whether b's quantized products of bits-bit weights
+// read compact 16-bit scales and biases (mx.Compact) as fast as float32 ones or
+// faster, so a 16-bit checkpoint's may stay compact. Where it is false, every
+// product would widen them first: keep them float32.
+func ReadsCompactScales(b Backend, bits int) bool {
 	r, ok := b.(CompactScaleReader)
-	return ok && r.ReadsCompactScales()
+	return ok && r.ReadsCompactScales(bits)
 }
 
 // HasQuantizedA8 reports whether QuantizedMatmulA8 multiplies bits-bit weights

@@ -71,9 +71,10 @@ func part[S qmm.Scales](s S, lo, hi int) S {
 }
 
 // ReadsCompactScales reports whether decoding's kernels read 16-bit scales and
-// biases at their width on this CPU (AVX-512 with BW); the other kernels widen
-// them a tile at a time, slower than float32 scales.
-func (be *Backend) ReadsCompactScales() bool { return qmm.ReadsHalfScales() }
+// biases of bits-bit weights at their width on this CPU (2, 4 and 8 bits, AVX-512
+// with BW); the other kernels widen them a tile at a time, slower than float32
+// scales.
+func (be *Backend) ReadsCompactScales(bits int) bool { return qmm.ReadsHalfScales(bits) }
 
 // HasA8 reports whether this CPU has the integer kernels behind
 // mx.QuantizedMatmulA8 for bits-bit weights: 4 bits on x86-64 with AVX2, 8 bits

@@ -404,9 +404,12 @@ func parallel(n, align, costPerItem int, fn func(lo, hi int)) {
 func limitSIMD(level int) { C.qmm_limit_simd(C.int(level)) }
 
 // ReadsHalfScales reports whether decoding's kernels read BF16 and F16 scales and biases
-// in their own loops here (AVX-512 with BW): only then are 16-bit scales as fast as
-// float32 ones or faster. Elsewhere they are widened a tile at a time, which is slower.
-func ReadsHalfScales() bool { return C.qmm_reads_half_scales() != 0 }
+// of bits-bit weights in their own loops here (2, 4 and 8 bits, AVX-512 with BW): only
+// then are 16-bit scales as fast as float32 ones or faster. Elsewhere they are widened a
+// tile at a time, which is slower.
+func ReadsHalfScales(bits int) bool {
+	return (bits == 2 || bits == 4 || bits == 8) && C.qmm_reads_half_scales() != 0
+}
 
 // simdLevel reports the kernel level in use.
 func simdLevel() int { return int(C.qmm_simd()) }

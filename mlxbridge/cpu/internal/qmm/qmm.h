@@ -55,8 +55,9 @@ void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const flo
                    int n0, int n1, float *out, int vnni);
 
 // Whether decoding's kernels (qmm_gemv_t with one row of x, and the VNNI form of
-// qmm_gemv_t_i8) read 16-bit scales in their own loops on this CPU. Elsewhere every entry
-// point widens them a tile at a time, which is slower than float32 scales.
+// qmm_gemv_t_i8) read 16-bit scales in their own loops on this CPU, for 2-, 4- and 8-bit
+// W. Elsewhere, and for other widths, every entry point widens them a tile at a time,
+// which is slower than float32 scales.
 int qmm_reads_half_scales(void);
 
 // Dequantizes rows [n0, n1) of W into dst, row-major with leading dimension K.

@@ -128,14 +128,17 @@ func TestSixteenBitScalesInt8(t *testing.T) {
 	})
 }
 
-// Only the AVX-512 level reads 16-bit scales in its kernels, so only there may a loader keep
-// them compact: below it every product would widen them first.
+// Only the AVX-512 level reads 16-bit scales in its kernels, and only for the lane kernels'
+// widths, so only there may a loader keep them compact: elsewhere every product would
+// widen them first.
 func TestReadsHalfScales(t *testing.T) {
 	defer limitSIMD(-1)
 	for level := simdLevel(); level >= 0; level-- {
 		limitSIMD(level)
-		if got := ReadsHalfScales(); got && level < 2 {
-			t.Errorf("ReadsHalfScales() = true at %s", levelNames[level])
+		for bits := 2; bits <= 8; bits++ {
+			if got := ReadsHalfScales(bits); got && (level < 2 || bits != 2 && bits != 4 && bits != 8) {
+				t.Errorf("ReadsHalfScales(%d) = true at %s", bits, levelNames[level])
+			}
 		}
 	}
 }
