@@ -186,8 +186,7 @@ void TARGET qmm_gemv_t_avx512(const qmm_w *w, const float *xp, const float *xsum
 	};
 	static const gemv_fn pair4[9] = {[2] = gemv512_2_2_4, [4] = gemv512_4_2_4, [8] = gemv512_8_2_4};
 	if (mb == 1) {
-		int h = w->scales ? 0 : w->f16 ? 2 : 1;
-		dec[h][w->bits][w->group == 32 ? 0 : w->group == 64 ? 1 : 2](w, xp, xsum, n0, n1, out);
+		dec[scale_width(w)][w->bits][w->group == 32 ? 0 : w->group == 64 ? 1 : 2](w, xp, xsum, n0, n1, out);
 		return;
 	}
 	int n = n0, words = w->K * w->bits / 32;

@@ -120,6 +120,9 @@ static inline __attribute__((always_inline)) __m512 TARGET16 add_bias_terms16(__
 	return sum;
 }
 
+// scale_width is w's H: which form of a decode kernel reads its scales.
+static inline int scale_width(const qmm_w *w) { return w->scales ? 0 : w->f16 ? 2 : 1; }
+
 // The per-H pieces the decode kernels are written with: the scale and bias pointers' type and
 // where they are, the lanes' scales, the bias term and the kernel's target.
 #define SCALE_T_0 float

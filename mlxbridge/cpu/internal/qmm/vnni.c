@@ -44,7 +44,7 @@
 			const char *ahead = pf_start(w, n, 4, words, PF_DIST(BITS));                             \
 			pf_groups(w, n, 4, G);                                                                   \
 			const uint32_t *p = packed + (long)n * words;                                            \
-			const SCALE_T_##H *sc = scales + (long)n * G;                                                  \
+			const SCALE_T_##H *sc = scales + (long)n * G;                                            \
 			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                              \
 			for (int c = 0; c < full; c++) {                                                         \
 				pf_chunk(ahead, c, 4 * 64, BITS == 8);                                               \
@@ -53,8 +53,8 @@
 				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)c * XB + 64) : x0;      \
 				const int g = c * V / GS;                                                            \
 				const uint32_t *pc = p + 16 * c;                                                     \
-				ROW_CHUNK(t0, _mm512_loadu_si512(pc), LANES_##H(sc + g, GPC, GPC));               \
-				ROW_CHUNK(t1, _mm512_loadu_si512(pc + words), LANES_##H(sc + G + g, GPC, GPC));   \
+				ROW_CHUNK(t0, _mm512_loadu_si512(pc), LANES_##H(sc + g, GPC, GPC));                 \
+				ROW_CHUNK(t1, _mm512_loadu_si512(pc + words), LANES_##H(sc + G + g, GPC, GPC));     \
 				ROW_CHUNK(t2, _mm512_loadu_si512(pc + 2 * words), LANES_##H(sc + 2 * G + g, GPC, GPC)); \
 				ROW_CHUNK(t3, _mm512_loadu_si512(pc + 3 * words), LANES_##H(sc + 3 * G + g, GPC, GPC)); \
 			}                                                                                        \
@@ -64,7 +64,7 @@
 				const __m512i x0 = _mm512_loadu_si512(xq + (long)full * XB);                         \
 				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)full * XB + 64) : x0;   \
 				const uint32_t *pc = p + 16 * full;                                                  \
-				ROW_CHUNK(t0, _mm512_maskz_loadu_epi32(kt, pc), LANES_##H(sc + gt, GPC, ngt));    \
+				ROW_CHUNK(t0, _mm512_maskz_loadu_epi32(kt, pc), LANES_##H(sc + gt, GPC, ngt));      \
 				ROW_CHUNK(t1, _mm512_maskz_loadu_epi32(kt, pc + words), LANES_##H(sc + G + gt, GPC, ngt)); \
 				ROW_CHUNK(t2, _mm512_maskz_loadu_epi32(kt, pc + 2 * words), LANES_##H(sc + 2 * G + gt, GPC, ngt)); \
 				ROW_CHUNK(t3, _mm512_maskz_loadu_epi32(kt, pc + 3 * words), LANES_##H(sc + 3 * G + gt, GPC, ngt)); \
@@ -73,7 +73,7 @@
 		}                                                                                            \
 		for (; n < n1; n++) {                                                                        \
 			const uint32_t *p = packed + (long)n * words;                                            \
-			const SCALE_T_##H *sc = scales + (long)n * G;                                                  \
+			const SCALE_T_##H *sc = scales + (long)n * G;                                            \
 			__m512 t0 = _mm512_setzero_ps();                                                         \
 			for (int c = 0; c < full; c++) {                                                         \
 				const __m512 xs = _mm512_loadu_ps(xsl + 16 * c);                                     \
@@ -105,7 +105,7 @@ void qmm_gemv_t_i8_vnni(const qmm_w *w, const int8_t *xq, const float *xsl, cons
 #define GROUPS(B, H) {vnni_##B##_32_##H, vnni_##B##_64_##H, vnni_##B##_128_##H}
 	static const kernel k[3][2][3] = {{GROUPS(4, 0), GROUPS(8, 0)}, {GROUPS(4, 1), GROUPS(8, 1)}, {GROUPS(4, 2), GROUPS(8, 2)}};
 #undef GROUPS
-	int g = w->group, h = w->scales ? 0 : w->f16 ? 2 : 1;
-	k[h][w->bits == 8][g == 32 ? 0 : g == 64 ? 1 : 2](w, xq, xsl, xsum, n0, n1, out);
+	int g = w->group;
+	k[scale_width(w)][w->bits == 8][g == 32 ? 0 : g == 64 ? 1 : 2](w, xq, xsl, xsum, n0, n1, out);
 }
 #endif
