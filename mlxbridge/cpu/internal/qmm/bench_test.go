@@ -281,7 +281,7 @@ func BenchmarkCrossover(b *testing.B) {
 							ww := newWeights("bench", p, s, bi, N, K, 64, bits)
 							switch form + strategy {
 							case "Tfused":
-								gemvT(ww, out, x, M)
+								gemvT([]*weights{ww}, [][]float32{out}, x, M)
 							case "Ttiled":
 								tiledT(ww, out, x, M)
 							case "Nfused":

@@ -56,15 +56,31 @@ var i8Pool sync.Pool
 // value of x moves by at most half its scale, and nothing else is rounded differently. It
 // returns false, doing nothing, where HasInt8(bits) is false.
 func MatVecTInt8[S Scales](out, x []float32, K int, packed []uint32, scales, biases S, N, groupSize, bits int) bool {
+	return MatVecTsInt8([][]float32{out}, x, K, []Matrix[S]{{packed, scales, biases, N}}, groupSize, bits)
+}
+
+// MatVecTsInt8 is MatVecTInt8 for several matrices that read the same x, as MatMulTs is
+// MatMulT for them: x rounded once, the rows of all of them split among cores as one range.
+func MatVecTsInt8[S Scales](outs [][]float32, x []float32, K int, ws []Matrix[S], groupSize, bits int) bool {
 	if !HasInt8(bits) {
 		return false
 	}
-	w := newWeights("MatVecTInt8", packed, scales, biases, N, K, groupSize, bits)
-	defer w.close()
-	if len(x) < K || len(out) < N {
-		panic(fmt.Sprintf("qmm.MatVecTInt8: x has %d values, out %d, for K=%d N=%d", len(x), len(out), K, N))
+	if len(outs) != len(ws) {
+		panic(fmt.Sprintf("qmm.MatVecTInt8: %d outputs for %d matrices", len(outs), len(ws)))
 	}
-	if N == 0 {
+	all, total := make([]*weights, len(ws)), 0
+	for i, m := range ws {
+		all[i] = newWeights("MatVecTInt8", m.Packed, m.Scales, m.Biases, m.N, K, groupSize, bits)
+		defer all[i].close()
+		if len(outs[i]) < m.N {
+			panic(fmt.Sprintf("qmm.MatVecTInt8: out %d has %d values, for N=%d", i, len(outs[i]), m.N))
+		}
+		total += m.N
+	}
+	if len(x) < K {
+		panic(fmt.Sprintf("qmm.MatVecTInt8: x has %d values, for K=%d", len(x), K))
+	}
+	if total == 0 {
 		return true
 	}
 	s, _ := i8Pool.Get().(*i8Scratch)
@@ -84,10 +100,10 @@ func MatVecTInt8[S Scales](out, x []float32, K int, packed []uint32, scales, bia
 		s.xsum = make([]float32, G)
 	}
 	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
-	C.qmm_prepare_x_i8(&w.c, (*C.float)(&x[0]), xq, xsl, xsum)
+	C.qmm_prepare_x_i8(&all[0].c, (*C.float)(&x[0]), xq, xsl, xsum)
 	form := useVNNI()
-	parallel(N, 4, K*bits/8, func(n0, n1 int) {
-		C.qmm_gemv_t_i8(&w.c, xq, xsl, xsum, C.int(n0), C.int(n1), (*C.float)(&out[0]), form)
+	eachRange(all, K*bits/8, func(w *weights, i, n0, n1 int) {
+		C.qmm_gemv_t_i8(&w.c, xq, xsl, xsum, C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), form)
 	})
 	return true
 }

@@ -141,7 +141,7 @@ func MatMulT[S Scales](out, x []float32, M, K int, packed []uint32, scales, bias
 		return
 	}
 	if M <= fusedMax(true, N) {
-		gemvT(w, out, x, M)
+		gemvT([]*weights{w}, [][]float32{out}, x, M)
 	} else {
 		tiledT(w, out, x, M)
 	}
@@ -200,20 +200,88 @@ func alignedFloats(n int) []float32 {
 	return buf[off : off+n : off+n]
 }
 
-// gemvT runs the fused kernel, splitting W's rows among cores; each core reads its rows once
-// for all M rows of x.
-func gemvT(w *weights, out, x []float32, M int) {
-	K, N, G := w.K, w.N, w.K/int(w.c.group)
-	xpLen := int(C.qmm_xp_len(C.int(K), w.c.bits))
+// Matrix is one W of MatMulTs and MatVecTsInt8: packed words, scales and biases as
+// MatMulT takes them, and its N rows.
+type Matrix[S Scales] struct {
+	Packed         []uint32
+	Scales, Biases S
+	N              int
+}
+
+// MatMulTs sets outs[i] = x @ dequant(ws[i])^T for matrices of the same K, group size and
+// bits that read the same x: a layer's query, key and value projections, or its gate and up
+// projections. Where M is small enough for the fused kernels (decoding), x is prepared once
+// and the rows of all the matrices are split among the cores as one range, so they are
+// handed to the cores once and small matrices stream as one large one does; otherwise each
+// is MatMulT's tiled product. It panics on inconsistent shapes.
+func MatMulTs[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix[S], groupSize, bits int) {
+	if len(outs) != len(ws) {
+		panic(fmt.Sprintf("qmm.MatMulTs: %d outputs for %d matrices", len(outs), len(ws)))
+	}
+	all, total := make([]*weights, len(ws)), 0
+	for i, m := range ws {
+		all[i] = newWeights("MatMulTs", m.Packed, m.Scales, m.Biases, m.N, K, groupSize, bits)
+		defer all[i].close()
+		if len(outs[i]) < M*m.N {
+			panic(fmt.Sprintf("qmm.MatMulTs: out %d has %d values, for M=%d N=%d", i, len(outs[i]), M, m.N))
+		}
+		total += m.N
+	}
+	if len(x) < M*K || M < 0 {
+		panic(fmt.Sprintf("qmm.MatMulTs: x has %d values, for M=%d K=%d", len(x), M, K))
+	}
+	if M == 0 || total == 0 {
+		return
+	}
+	if M <= fusedMax(true, total) {
+		gemvT(all, outs, x, M)
+		return
+	}
+	for i, w := range all {
+		if w.N > 0 {
+			tiledT(w, outs[i], x, M)
+		}
+	}
+}
+
+// gemvT runs the fused kernel over the rows of every W in ws, outs[i] getting ws[i]'s, the
+// rows of all of them split among cores as one range; each core reads its rows once for all
+// M rows of x, which is prepared once.
+func gemvT(ws []*weights, outs [][]float32, x []float32, M int) {
+	w0 := ws[0]
+	K, G := w0.K, w0.K/int(w0.c.group)
+	xpLen := int(C.qmm_xp_len(C.int(K), w0.c.bits))
 	s := getScratch(M*xpLen, M*G)
 	defer scratchPool.Put(s)
 	xp, xsum := (*C.float)(&s.xp[0]), (*C.float)(&s.xsum[0])
 	for m0 := 0; m0 < M; m0 += 4 {
-		C.qmm_prepare_x(&w.c, (*C.float)(&x[m0*K]), C.int(K), C.int(min(4, M-m0)),
+		C.qmm_prepare_x(&w0.c, (*C.float)(&x[m0*K]), C.int(K), C.int(min(4, M-m0)),
 			(*C.float)(&s.xp[m0*xpLen]), (*C.float)(&s.xsum[m0*G]))
 	}
-	parallel(N, 2, M*K*int(w.c.bits)/8, func(n0, n1 int) {
-		C.qmm_gemv_t_batch(&w.c, xp, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&out[0]), C.int(N))
+	eachRange(ws, M*K*int(w0.c.bits)/8, func(w *weights, i, n0, n1 int) {
+		C.qmm_gemv_t_batch(&w.c, xp, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), C.int(w.N))
+	})
+}
+
+// eachRange splits the rows of all of ws, taken one after another, among cores and calls f
+// for the part of each matrix a core's range covers, rows [n0, n1) of ws[i]. Each matrix
+// starts at a multiple of 4 and the ranges are cut at multiples of 4, so n0 is always one:
+// the kernels take rows four at a time and the rest one by one, which round differently,
+// so a row's result is the same whichever range holds it and however many matrices share
+// the call.
+func eachRange(ws []*weights, costPerRow int, f func(w *weights, i, n0, n1 int)) {
+	total := 0
+	for _, w := range ws {
+		total += (w.N + 3) / 4 * 4
+	}
+	parallel(total, 4, costPerRow, func(lo, hi int) {
+		base := 0
+		for i, w := range ws {
+			if n0, n1 := max(lo, base), min(hi, base+w.N); n0 < n1 {
+				f(w, i, n0-base, n1-base)
+			}
+			base += (w.N + 3) / 4 * 4
+		}
 	})
 }
 

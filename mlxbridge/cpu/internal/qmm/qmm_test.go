@@ -53,6 +53,22 @@ func randomWeights(rng *rand.Rand, N, K, group, bits int) *qweights {
 	return w
 }
 
+// reference is x @ W^T in float64 for M rows of x, and each output's magnitude sum_k |x·w|.
+func (w *qweights) reference(x []float32, M int) (want, mag []float64) {
+	N, K := w.N, w.K
+	want, mag = make([]float64, M*N), make([]float64, M*N)
+	for m := range M {
+		for n := range N {
+			for k := range K {
+				p := float64(x[m*K+k]) * w.deq[n*K+k]
+				want[m*N+n] += p
+				mag[m*N+n] += math.Abs(p)
+			}
+		}
+	}
+	return want, mag
+}
+
 func randomFloats(rng *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
@@ -115,16 +131,7 @@ func testMatMulT(t *testing.T, rng *rand.Rand, w *qweights, M int) {
 	t.Helper()
 	N, K := w.N, w.K
 	x := randomFloats(rng, M*K)
-	want, mag := make([]float64, M*N), make([]float64, M*N)
-	for m := range M {
-		for n := range N {
-			for k := range K {
-				p := float64(x[m*K+k]) * w.deq[n*K+k]
-				want[m*N+n] += p
-				mag[m*N+n] += math.Abs(p)
-			}
-		}
-	}
+	want, mag := w.reference(x, M)
 	out := randomFloats(rng, M*N) // garbage that must be overwritten
 	MatMulT(out, x, M, K, w.packed, w.scales, w.biases, N, w.group, w.bits)
 	checkClose(t, fmt.Sprintf("MatMulT bits=%d group=%d M=%d N=%d K=%d", w.bits, w.group, M, N, K), out, want, mag)

@@ -60,7 +60,7 @@ func sameBits(t *testing.T, name string, got, want []float32) {
 	t.Helper()
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s: out[%d] = %g with 16-bit scales, %g with the same values in float32", name, i, got[i], want[i])
+			t.Fatalf("%s: out[%d] = %g, want %g bit for bit", name, i, got[i], want[i])
 		}
 	}
 }
