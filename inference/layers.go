@@ -42,6 +42,11 @@ func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	} else {
 		y = mx.MatmulT(x, l.Weight, false, true)
 	}
+	return l.finish(y, x)
+}
+
+// finish adds the bias and the adapters' updates to y = x·Wᵀ.
+func (l *Linear) finish(y, x *mx.Array) *mx.Array {
 	if l.Bias != nil {
 		y = mx.Add(y, l.Bias)
 	}
@@ -49,6 +54,31 @@ func (l *Linear) Forward(x *mx.Array) *mx.Array {
 		y = lo.AddTo(y, x)
 	}
 	return y
+}
+
+// forwardAll is each layer's Forward of the same x: a block's query, key and value
+// projections, or its gate and up projections. Quantized layers of one format
+// multiply x in one op (mx.QuantizedMatmuls), which a decoding step hands to the
+// cores once instead of once a layer; the results are each layer's own.
+func forwardAll(x *mx.Array, ls ...*Linear) []*mx.Array {
+	ys := make([]*mx.Array, len(ls))
+	l0 := ls[0]
+	for _, l := range ls {
+		if !l.quantized() || l.GroupSize != l0.GroupSize || l.Bits != l0.Bits || l.In != l0.In {
+			for i, l := range ls {
+				ys[i] = l.Forward(x)
+			}
+			return ys
+		}
+	}
+	ws := make([]mx.QuantizedMatrix, len(ls))
+	for i, l := range ls {
+		ws[i] = mx.QuantizedMatrix{W: l.Weight, Scales: l.Scales, Biases: l.Biases}
+	}
+	for i, y := range mx.QuantizedMatmuls(x, ws, l0.GroupSize, l0.Bits, l0.int8.Load()) {
+		ys[i] = ls[i].finish(y, x)
+	}
+	return ys
 }
 
 // Embedding maps token ids to rows of Weight (Vocab, Dim), dense or quantized.
@@ -122,7 +152,8 @@ func newSwiGLU(cfg *Config) SwiGLU {
 }
 
 func (m *SwiGLU) Forward(x *mx.Array) *mx.Array {
-	return m.Down.Forward(mx.Mul(mx.Silu(m.Gate.Forward(x)), m.Up.Forward(x)))
+	gu := forwardAll(x, m.Gate, m.Up)
+	return m.Down.Forward(mx.Mul(mx.Silu(gu[0]), gu[1]))
 }
 
 // Rope is rotary position embedding in Hugging Face's rotate-half layout, on the

@@ -73,9 +73,10 @@ func (blk *llamaBlock) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 // Forward is attention over x (B, L, hidden) at the positions after c's.
 func (a *llamaAttention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 	b, l := x.Dim(0), x.Dim(1)
-	q := splitHeads(a.Q.Forward(x), b, l, a.heads, a.headDim)   // (B, Hq, L, D)
-	k := splitHeads(a.K.Forward(x), b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
-	v := splitHeads(a.V.Forward(x), b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
+	qkv := forwardAll(x, a.Q, a.K, a.V)
+	q := splitHeads(qkv[0], b, l, a.heads, a.headDim)   // (B, Hq, L, D)
+	k := splitHeads(qkv[1], b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
+	v := splitHeads(qkv[2], b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
 	pos := c.Len()
 	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
 	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)

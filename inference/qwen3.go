@@ -66,11 +66,12 @@ func (blk *qwen3Block) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 func (a *qwen3Attention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 	b, l := x.Dim(0), x.Dim(1)
 	// The norms act on each head's D features, so they run before heads move axes.
-	q := a.QNorm.Forward(mx.Reshape(a.Q.Forward(x), b, l, a.heads, a.headDim))
-	k := a.KNorm.Forward(mx.Reshape(a.K.Forward(x), b, l, a.kvHeads, a.headDim))
-	q = splitHeads(q, b, l, a.heads, a.headDim)                 // (B, Hq, L, D)
-	k = splitHeads(k, b, l, a.kvHeads, a.headDim)               // (B, Hkv, L, D)
-	v := splitHeads(a.V.Forward(x), b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
+	qkv := forwardAll(x, a.Q, a.K, a.V)
+	q := a.QNorm.Forward(mx.Reshape(qkv[0], b, l, a.heads, a.headDim))
+	k := a.KNorm.Forward(mx.Reshape(qkv[1], b, l, a.kvHeads, a.headDim))
+	q = splitHeads(q, b, l, a.heads, a.headDim)         // (B, Hq, L, D)
+	k = splitHeads(k, b, l, a.kvHeads, a.headDim)       // (B, Hkv, L, D)
+	v := splitHeads(qkv[2], b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
 	pos := c.Len()
 	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
 	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)

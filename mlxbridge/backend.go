@@ -159,6 +159,13 @@ type (
 		QuantizedMatMulA8(x, w, scales, biases *Array, groupSize, bits int, out []int) (Handle, error)
 		HasA8(bits int) bool
 	}
+	// QuantizedMultiMatMuler computes QuantizedMatmuls in one call: x @ dequant(w)ᵀ
+	// for every 2-D matrix of ws, all of x's width and one scales dtype, into arrays
+	// of the shapes outs gives; on 8-bit activations where a8 is set (then x is one
+	// row and HasA8(bits) holds).
+	QuantizedMultiMatMuler interface {
+		QuantizedMatMuls(x *Array, ws []QuantizedMatrix, groupSize, bits int, a8 bool, outs [][]int) ([]Handle, error)
+	}
 	// Dequantizer unpacks w = scale·q + bias on the device, in the scales' dtype
 	// (mx.dequantize), so a quantized table need not travel to the host.
 	Dequantizer interface {

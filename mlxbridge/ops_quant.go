@@ -123,6 +123,69 @@ func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array 
 	return newArray("quantized_matmul_a8", x.b, h, err, out, x.dtype)
 }
 
+// QuantizedMatrix is one quantized W (N, K): packed words, scales and biases, as
+// QuantizedMatmul takes them.
+type QuantizedMatrix struct{ W, Scales, Biases *Array }
+
+// QuantizedMatmuls is QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
+// for every matrix of ws, all of which read the same x (a layer's query, key and
+// value projections, or its gate and up projections), or QuantizedMatmulA8 for each
+// where a8 is set. Where nothing is traced, every matrix is 2-D and fits x, they
+// share one scales dtype, and the backend multiplies several in one call
+// (QuantizedMultiMatMuler), they are one op: x is prepared (or rounded to 8 bits)
+// once and the rows of all the matrices are handed to the cores together, so small
+// matrices stream as fast as one large one. Each result is the one its own op
+// gives. Anywhere else it is one op each, which also says what is wrong.
+func QuantizedMatmuls(x *Array, ws []QuantizedMatrix, groupSize, bits int, a8 bool) []*Array {
+	ys := make([]*Array, len(ws))
+	if q, ok := x.b.(QuantizedMultiMatMuler); ok && fusesMatmuls(x, ws, groupSize, bits) {
+		a8 = a8 && HasQuantizedA8(x.b, bits) && x.Size() == x.shape[len(x.shape)-1]
+		outs := make([][]int, len(ws))
+		for i, w := range ws {
+			outs[i] = append(clone(x.shape[:len(x.shape)-1]), w.W.shape[0])
+		}
+		hs, err := q.QuantizedMatMuls(x, ws, groupSize, bits, a8, outs)
+		keepAlive(x, ws)
+		for i := range ys {
+			var h Handle
+			if err == nil {
+				h = hs[i]
+			}
+			ys[i] = newArray("quantized_matmuls", x.b, h, err, outs[i], x.dtype)
+		}
+		return ys
+	}
+	for i, w := range ws {
+		if a8 {
+			ys[i] = QuantizedMatmulA8(x, w.W, w.Scales, w.Biases, groupSize, bits)
+		} else {
+			ys[i] = QuantizedMatmul(x, w.W, w.Scales, w.Biases, true, groupSize, bits)
+		}
+	}
+	return ys
+}
+
+// fusesMatmuls reports whether QuantizedMatmuls' inputs suit one backend call: at
+// least two matrices, all valid, untraced, 2-D, on x's backend, of x's width and of
+// one scales dtype, and x a float array.
+func fusesMatmuls(x *Array, ws []QuantizedMatrix, groupSize, bits int) bool {
+	if len(ws) < 2 || checkFloat("quantized_matmuls", x) != nil || traced(x) || len(x.shape) < 1 {
+		return false
+	}
+	for _, w := range ws {
+		if check("quantized_matmuls", x, w.W, w.Scales, w.Biases) != nil || traced(w.W, w.Scales, w.Biases) || len(w.W.shape) != 2 {
+			return false
+		}
+		if _, k, e := quantShape("quantized_matmuls", w.W, w.Scales, w.Biases, groupSize, bits); e != nil || k != x.shape[len(x.shape)-1] {
+			return false
+		}
+		if w.Scales.dtype != ws[0].Scales.dtype || w.Biases.dtype != ws[0].Biases.dtype {
+			return false
+		}
+	}
+	return true
+}
+
 // ReadsCompactScales reports whether b's quantized products of bits-bit weights
 // read compact 16-bit scales and biases (mx.Compact) as fast as float32 ones or
 // faster, so a 16-bit checkpoint's may stay compact. Where it is false, every

@@ -30,6 +30,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("Quantized", s.quantized)
 	t.Run("QuantizedBatched", s.quantizedBatched)
 	t.Run("QuantizedA8", s.quantizedA8)
+	t.Run("QuantizedMany", s.quantizedMany)
 	t.Run("Optimizer", s.optimizer)
 	t.Run("Sorting", s.sorting)
 	t.Run("Compact", s.compact)

@@ -217,3 +217,76 @@ func (s *suite) quantizedA8(t *testing.T) {
 		}
 	}
 }
+
+// quantizedMany: QuantizedMatmuls gives each matrix what QuantizedMatmul (or, with
+// a8, QuantizedMatmulA8) gives it alone, bit for bit, for one and three rows of x
+// (decoding and a short prompt; at forty rows, within float32 rounding): sets of
+// q/k/v-like widths, scales in float32 and in compact bfloat16, one set mixing the
+// two, x in float32 and bfloat16. A traced x takes the ops one by one, with their
+// gradient, and a matrix of the wrong width gives its own error.
+func (s *suite) quantizedMany(t *testing.T) {
+	const k = 640
+	for _, bits := range []int{4, 8} {
+		var ws, half []mx.QuantizedMatrix
+		for i, n := range []int{40, 20, 20} {
+			wq, sc, bi := mx.Quantize(s.randn(uint64(200+10*bits+i), n, k), 64, bits)
+			ws = append(ws, mx.QuantizedMatrix{W: wq, Scales: sc, Biases: bi})
+			hs, hb := mx.Compact(mx.AsType(sc, mx.BFloat16)), mx.Compact(mx.AsType(bi, mx.BFloat16))
+			half = append(half, mx.QuantizedMatrix{W: wq, Scales: hs, Biases: hb})
+		}
+		mixed := []mx.QuantizedMatrix{ws[0], half[1], ws[2]}
+		for name, set := range map[string][]mx.QuantizedMatrix{"float32 scales": ws, "bfloat16 scales": half, "mixed scales": mixed} {
+			for _, shape := range [][]int{{1, k}, {1, 1, k}, {1, 3, k}, {40, k}} {
+				for _, dt := range []mx.DType{mx.Float32, mx.BFloat16} {
+					x := mx.AsType(s.randn(uint64(len(shape)+shape[len(shape)-2]), shape...), dt)
+					for _, a8 := range []bool{false, true} {
+						got := mx.QuantizedMatmuls(x, set, 64, bits, a8)
+						for i, w := range set {
+							want := mx.QuantizedMatmul(x, w.W, w.Scales, w.Biases, true, 64, bits)
+							if a8 {
+								want = mx.QuantizedMatmulA8(x, w.W, w.Scales, w.Biases, 64, bits)
+							}
+							label := fmt.Sprintf("%d-bit, %s, x %v %s, a8 %v, matrix %d", bits, name, shape, dt, a8, i)
+							if got[i].DType() != dt {
+								t.Fatalf("%s: dtype %s", label, got[i].DType())
+							}
+							tol := 0.0
+							if shape[len(shape)-2] > 4 {
+								tol = 1e-5
+							}
+							expect(t, label, got[i], want.Shape(), get(t, want), tol, tol)
+						}
+					}
+				}
+			}
+		}
+	}
+	// Traced, each is QuantizedMatmul and the gradient is theirs.
+	wq, sc, bi := mx.Quantize(s.randn(5, 8, 64), 64, 4)
+	wq2, sc2, bi2 := mx.Quantize(s.randn(6, 4, 64), 64, 4)
+	set := []mx.QuantizedMatrix{{W: wq, Scales: sc, Biases: bi}, {W: wq2, Scales: sc2, Biases: bi2}}
+	grad := func(f func(x *mx.Array) *mx.Array) []float64 {
+		_, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array { return []*mx.Array{mx.Sum(f(p[0]), nil, false)} }, []*mx.Array{s.randn(8, 1, 64)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return get(t, g[0])
+	}
+	want := grad(func(x *mx.Array) *mx.Array {
+		return mx.Add(mx.Sum(mx.QuantizedMatmul(x, wq, sc, bi, true, 64, 4), nil, false), mx.Sum(mx.QuantizedMatmul(x, wq2, sc2, bi2, true, 64, 4), nil, false))
+	})
+	got := grad(func(x *mx.Array) *mx.Array {
+		ys := mx.QuantizedMatmuls(x, set, 64, 4, true)
+		return mx.Add(mx.Sum(ys[0], nil, false), mx.Sum(ys[1], nil, false))
+	})
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("quantized_matmuls gradient [%d] = %g, QuantizedMatmul's %g", i, got[i], want[i])
+		}
+	}
+	wide, ws, wb := mx.Quantize(s.randn(7, 4, 128), 64, 4)
+	ys := mx.QuantizedMatmuls(s.randn(9, 1, 64), append(set, mx.QuantizedMatrix{W: wide, Scales: ws, Biases: wb}), 64, 4, false)
+	if ys[0].Err() != nil || ys[1].Err() != nil || ys[2].Err() == nil {
+		t.Errorf("a matrix of 128 columns against x of 64 gave errors %v, %v, %v", ys[0].Err(), ys[1].Err(), ys[2].Err())
+	}
+}

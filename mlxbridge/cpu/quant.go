@@ -27,6 +27,78 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 	return fbuf(q.res), nil
 }
 
+// QuantizedMatMuls runs qmm's several-matrix products (mx.QuantizedMatmuls): x
+// prepared, or rounded to 8 bits where a8 is set, once, and the rows of every matrix
+// split among the cores together. The scales are read at 16 bits only where every
+// matrix holds them compact in one dtype.
+func (be *Backend) QuantizedMatMuls(x *mx.Array, ws []mx.QuantizedMatrix, groupSize, bits int, a8 bool, outs [][]int) ([]mx.Handle, error) {
+	if a8 && !qmm.HasInt8(bits) {
+		return nil, fmt.Errorf("quantized_matmuls: no integer kernel for %d-bit weights on this CPU", bits)
+	}
+	xs := x.Shape()
+	q := multiCall{x: h(x).f, k: xs[len(xs)-1], group: groupSize, bits: bits, a8: a8, res: make([][]float32, len(ws))}
+	for i := range ws {
+		q.res[i] = newF(numel(outs[i]))
+	}
+	switch sharedCompact(ws) {
+	case mx.BFloat16:
+		runMulti(q, matrices(ws, func(s, b []uint16, _, _ *mx.Array) (qmm.BF16, qmm.BF16) { return s, b }))
+	case mx.Float16:
+		runMulti(q, matrices(ws, func(s, b []uint16, _, _ *mx.Array) (qmm.F16, qmm.F16) { return s, b }))
+	default:
+		runMulti(q, matrices(ws, func(_, _ []uint16, s, b *mx.Array) ([]float32, []float32) { return h(s).f, h(b).f }))
+	}
+	hs := make([]mx.Handle, len(ws))
+	for i, r := range q.res {
+		roundTo(x.DType(), r)
+		hs[i] = fbuf(r)
+	}
+	return hs, nil
+}
+
+// sharedCompact is the 16-bit dtype every matrix of ws holds its scales and biases
+// in, compact; Float32 where they do not all hold one.
+func sharedCompact(ws []mx.QuantizedMatrix) mx.DType {
+	_, _, dt := compactScales(ws[0].Scales, ws[0].Biases)
+	for _, w := range ws[1:] {
+		if _, _, d := compactScales(w.Scales, w.Biases); d != dt {
+			return mx.Float32
+		}
+	}
+	return dt
+}
+
+// multiCall is one QuantizedMatMuls: x (M, k) by every matrix, into res.
+type multiCall struct {
+	x     []float32
+	res   [][]float32
+	k     int
+	group int
+	bits  int
+	a8    bool
+}
+
+// matrices gives qmm each matrix of ws with its scales and biases as scales picks
+// them: from their compact 16-bit bits, or from the arrays, widened.
+func matrices[S qmm.Scales](ws []mx.QuantizedMatrix, scales func(s, b []uint16, sa, ba *mx.Array) (S, S)) []qmm.Matrix[S] {
+	ms := make([]qmm.Matrix[S], len(ws))
+	for i, w := range ws {
+		s, b, _ := compactScales(w.Scales, w.Biases)
+		ms[i].Packed, ms[i].N = h(w.W).u, w.W.Dim(0)
+		ms[i].Scales, ms[i].Biases = scales(s, b, w.Scales, w.Biases)
+	}
+	return ms
+}
+
+// runMulti runs q over ms.
+func runMulti[S qmm.Scales](q multiCall, ms []qmm.Matrix[S]) {
+	if q.a8 {
+		qmm.MatVecTsInt8(q.res, q.x, q.k, ms, q.group, q.bits)
+	} else {
+		qmm.MatMulTs(q.res, q.x, len(q.x)/max(q.k, 1), q.k, ms, q.group, q.bits)
+	}
+}
+
 // quantCall is one QuantizedMatMul: batch W (n, k) and their x, into res.
 type quantCall struct {
 	w                        []uint32
