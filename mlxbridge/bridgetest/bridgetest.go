@@ -21,6 +21,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("Values", s.values)
 	t.Run("Reference", s.reference)
 	t.Run("LowRank", s.lowRank)
+	t.Run("Concatenate", s.concatenate)
 	t.Run("Gradients", s.gradients)
 	t.Run("CrossEntropyFused", s.crossEntropyFused)
 	t.Run("Checkpoints", s.checkpoints)

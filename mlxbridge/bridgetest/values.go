@@ -1,6 +1,7 @@
 package bridgetest
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -108,4 +109,61 @@ func (s *suite) values(t *testing.T) {
 	}
 	// StopGradient passes values through.
 	expect(t, "stop_gradient", mx.StopGradient(x), []int{4}, []float64{-1, 0, 1, 2}, 0, 0)
+}
+
+// concatenate joins parts along each axis of a 4-D shape, a KV cache's (B, H, S, D)
+// among them, with a part empty along the axis, in float32 and int32, against the
+// values placed by index.
+func (s *suite) concatenate(t *testing.T) {
+	base := []int{2, 3, 4, 5}
+	for axis := range base {
+		sizes := []int{2, 0, 3, 1}
+		var parts, iparts []*mx.Array
+		var shapes [][]int
+		for i, n := range sizes {
+			sh := append([]int(nil), base...)
+			sh[axis] = n
+			shapes = append(shapes, sh)
+			parts = append(parts, s.randn(uint64(40+i), sh...))
+			vals := get(t, parts[i])
+			iv := make([]int32, len(vals))
+			for j := range vals {
+				iv[j] = int32(1000*i + j)
+			}
+			iparts = append(iparts, s.ints(iv, sh...))
+		}
+		out := append([]int(nil), base...)
+		out[axis] = 6
+		want, iwant := make([]float64, 2*3*4*5/base[axis]*6), make([]float64, 2*3*4*5/base[axis]*6)
+		at := 0
+		for i, sh := range shapes {
+			vals := get(t, parts[i])
+			for j := range vals {
+				idx := unravel(j, sh)
+				idx[axis] += at
+				k := ravel(idx, out)
+				want[k], iwant[k] = vals[j], float64(1000*i+j)
+			}
+			at += sizes[i]
+		}
+		expect(t, fmt.Sprintf("concatenate axis %d", axis), mx.Concatenate(parts, axis), out, want, 0, 0)
+		expect(t, fmt.Sprintf("concatenate int32 axis %d", axis), mx.AsType(mx.Concatenate(iparts, axis), mx.Float32), out, iwant, 0, 0)
+	}
+}
+
+// unravel is the index of element j of a row-major shape; ravel its inverse.
+func unravel(j int, shape []int) []int {
+	idx := make([]int, len(shape))
+	for d := len(shape) - 1; d >= 0; d-- {
+		idx[d], j = j%shape[d], j/shape[d]
+	}
+	return idx
+}
+
+func ravel(idx, shape []int) int {
+	k := 0
+	for d := range shape {
+		k = k*shape[d] + idx[d]
+	}
+	return k
 }

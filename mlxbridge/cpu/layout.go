@@ -132,23 +132,38 @@ func (be *Backend) Concatenate(xs []*mx.Array, axis int, out []int) (mx.Handle, 
 	dt := xs[0].DType()
 	n := numel(out)
 	r := outBuf(dt, n) // every element comes from one input
-	ost := stridesOf(out)
-	off := 0
+	// Everything from axis inward is contiguous in each input and in the output, so an
+	// input is outer blocks of numel(s[axis:]) values, each copied whole into the
+	// output's block at the input's offset along axis.
+	outer, block := numel(out[:axis]), numel(out[axis:])
+	at := 0
 	for _, x := range xs {
 		s, b := x.Shape(), h(x)
 		switch dt {
 		case mx.Int32:
-			scatter(r.i, b.i, s, ost, off*ost[axis])
+			copyBlocks(r.i, b.i, outer, block, at)
 		case mx.Uint32:
-			scatter(r.u, b.u, s, ost, off*ost[axis])
+			copyBlocks(r.u, b.u, outer, block, at)
 		case mx.Uint8, mx.Bool:
-			scatter(r.b, b.b, s, ost, off*ost[axis])
+			copyBlocks(r.b, b.b, outer, block, at)
 		default:
-			scatter(r.f, b.f, s, ost, off*ost[axis])
+			copyBlocks(r.f, b.f, outer, block, at)
 		}
-		off += s[axis]
+		at += numel(s[axis:])
 	}
 	return r, nil
+}
+
+// copyBlocks copies src, outer blocks of len(src)/outer values, into dst's blocks of
+// block values, starting at offset at within each.
+func copyBlocks[T any](dst, src []T, outer, block, at int) {
+	if outer == 0 || len(src) == 0 {
+		return
+	}
+	m := len(src) / outer
+	for o := range outer {
+		copy(dst[o*block+at:o*block+at+m], src[o*m:(o+1)*m])
+	}
 }
 
 // indices reads an Int32/Uint32 index array and checks every index against n.
