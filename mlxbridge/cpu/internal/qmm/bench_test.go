@@ -218,6 +218,66 @@ func BenchmarkMatVecScales16(b *testing.B) {
 	}
 }
 
+// BenchmarkMatVecMulti is decoding's products of a block's query, key and value projections
+// and of its gate and up projections (SmolLM2-135M's and Qwen3-0.6B's shapes, 4-bit) one
+// matrix at a time (MatMulT each) and in one call (MatMulTs), alternating set by set so their
+// ratio comes from one run; each set's weights streamed from memory. us-each and us-joint are
+// microseconds a set.
+func BenchmarkMatVecMulti(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		K    int
+		Ns   []int
+	}{
+		{"smollm2/qkv", 576, []int{576, 192, 192}},
+		{"smollm2/gate-up", 576, []int{1536, 1536}},
+		{"qwen3/qkv", 1024, []int{2048, 1024, 1024}},
+		{"qwen3/gate-up", 1024, []int{3072, 3072}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ws := make([]*benchWeights, len(c.Ns))
+			outs := make([][]float32, len(c.Ns))
+			for i, n := range c.Ns {
+				ws[i], outs[i] = newBenchWeights(n, c.K, 64, 4), make([]float32, n)
+			}
+			x := make([]float32, c.K)
+			for i := range x {
+				x[i] = float32(i%7) - 3
+			}
+			copies := ws[0].copies
+			for _, w := range ws {
+				copies = min(copies, w.copies)
+			}
+			set := func(i int) []Matrix[[]float32] {
+				ms := make([]Matrix[[]float32], len(ws))
+				for j, w := range ws {
+					p, s, bi := w.copy(i)
+					ms[j] = Matrix[[]float32]{p, s, bi, w.N}
+				}
+				return ms
+			}
+			var each, joint time.Duration
+			i := 0
+			for b.Loop() {
+				ms := set(i)
+				start := time.Now()
+				for j, m := range ms {
+					MatMulT(outs[j], x, 1, c.K, m.Packed, m.Scales, m.Biases, m.N, 64, 4)
+				}
+				each += time.Since(start)
+				ms = set(i + copies/2) // another copy, so neither finds the other's in cache
+				start = time.Now()
+				MatMulTs(outs, x, 1, c.K, ms, 64, 4)
+				joint += time.Since(start)
+				i++
+			}
+			b.ReportMetric(each.Seconds()*1e6/float64(b.N), "us-each")
+			b.ReportMetric(joint.Seconds()*1e6/float64(b.N), "us-joint")
+			b.ReportMetric(each.Seconds()/joint.Seconds(), "each/joint")
+		})
+	}
+}
+
 // BenchmarkMatVecT is the transposed product for one row (x @ W), as in a backward pass.
 func BenchmarkMatVecT(b *testing.B) {
 	bw := twoThreadBandwidth()
