@@ -65,18 +65,8 @@ func MatVecTsInt8[S Scales](outs [][]float32, x []float32, K int, ws []Matrix[S]
 	if !HasInt8(bits) {
 		return false
 	}
-	if len(outs) != len(ws) {
-		panic(fmt.Sprintf("qmm.MatVecTInt8: %d outputs for %d matrices", len(outs), len(ws)))
-	}
-	all, total := make([]*weights, len(ws)), 0
-	for i, m := range ws {
-		all[i] = newWeights("MatVecTInt8", m.Packed, m.Scales, m.Biases, m.N, K, groupSize, bits)
-		defer all[i].close()
-		if len(outs[i]) < m.N {
-			panic(fmt.Sprintf("qmm.MatVecTInt8: out %d has %d values, for N=%d", i, len(outs[i]), m.N))
-		}
-		total += m.N
-	}
+	all, total := pinAll("MatVecTInt8", outs, ws, 1, K, groupSize, bits)
+	defer closeAll(all)
 	if len(x) < K {
 		panic(fmt.Sprintf("qmm.MatVecTInt8: x has %d values, for K=%d", len(x), K))
 	}

@@ -3,6 +3,7 @@ package qmm
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -127,6 +128,14 @@ func TestMatMulTsInvalid(t *testing.T) {
 		"short W": func() {
 			MatMulTs([][]float32{make([]float32, 16)}, make([]float32, 64), 1, 64, []Matrix[[]float32]{{w.packed, w.scales, w.biases, 16}}, 32, 4)
 		},
+		"second short W": func() {
+			MatMulTs([][]float32{make([]float32, 8), make([]float32, 16)}, make([]float32, 64), 1, 64, append(m, Matrix[[]float32]{w.packed, w.scales, w.biases, 16}), 32, 4)
+		},
+		"int8 second short out": func() {
+			if !MatVecTsInt8([][]float32{make([]float32, 8), make([]float32, 7)}, make([]float32, 64), 64, append(m, m[0]), 32, 4) {
+				panic("no int8 kernel here: nothing to check")
+			}
+		},
 	} {
 		func() {
 			defer func() {
@@ -137,6 +146,10 @@ func TestMatMulTsInvalid(t *testing.T) {
 			f()
 		}()
 	}
+	// The first matrix of a call that panicked on its second was unpinned: a pinner
+	// collected while still pinned would crash the program here.
+	runtime.GC()
+	runtime.GC()
 }
 
 func float64s(a []float32) []float64 {

@@ -215,18 +215,8 @@ type Matrix[S Scales] struct {
 // handed to the cores once and small matrices stream as one large one does; otherwise each
 // is MatMulT's tiled product. It panics on inconsistent shapes.
 func MatMulTs[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix[S], groupSize, bits int) {
-	if len(outs) != len(ws) {
-		panic(fmt.Sprintf("qmm.MatMulTs: %d outputs for %d matrices", len(outs), len(ws)))
-	}
-	all, total := make([]*weights, len(ws)), 0
-	for i, m := range ws {
-		all[i] = newWeights("MatMulTs", m.Packed, m.Scales, m.Biases, m.N, K, groupSize, bits)
-		defer all[i].close()
-		if len(outs[i]) < M*m.N {
-			panic(fmt.Sprintf("qmm.MatMulTs: out %d has %d values, for M=%d N=%d", i, len(outs[i]), M, m.N))
-		}
-		total += m.N
-	}
+	all, total := pinAll("MatMulTs", outs, ws, M, K, groupSize, bits)
+	defer closeAll(all)
 	if len(x) < M*K || M < 0 {
 		panic(fmt.Sprintf("qmm.MatMulTs: x has %d values, for M=%d K=%d", len(x), M, K))
 	}
@@ -240,6 +230,39 @@ func MatMulTs[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix[S],
 	for i, w := range all {
 		if w.N > 0 {
 			tiledT(w, outs[i], x, M)
+		}
+	}
+}
+
+// pinAll validates and pins every matrix of a several-matrix call (op), each with room in
+// outs for M rows of its output, and returns them and their rows in all. On a panic those
+// already pinned are released; otherwise the caller closes them (closeAll).
+func pinAll[S Scales](op string, outs [][]float32, ws []Matrix[S], M, K, groupSize, bits int) ([]*weights, int) {
+	if len(outs) != len(ws) {
+		panic(fmt.Sprintf("qmm.%s: %d outputs for %d matrices", op, len(outs), len(ws)))
+	}
+	all, total, ok := make([]*weights, len(ws)), 0, false
+	defer func() {
+		if !ok {
+			closeAll(all)
+		}
+	}()
+	for i, m := range ws {
+		all[i] = newWeights(op, m.Packed, m.Scales, m.Biases, m.N, K, groupSize, bits)
+		if len(outs[i]) < M*m.N {
+			panic(fmt.Sprintf("qmm.%s: out %d has %d values, for M=%d N=%d", op, i, len(outs[i]), M, m.N))
+		}
+		total += m.N
+	}
+	ok = true
+	return all, total
+}
+
+// closeAll closes the weights of ws that were made.
+func closeAll(ws []*weights) {
+	for _, w := range ws {
+		if w != nil {
+			w.close()
 		}
 	}
 }
