@@ -138,7 +138,7 @@ type QuantizedMatrix struct{ W, Scales, Biases *Array }
 // gives. Anywhere else it is one op each, which also says what is wrong.
 func QuantizedMatmuls(x *Array, ws []QuantizedMatrix, groupSize, bits int, a8 bool) []*Array {
 	ys := make([]*Array, len(ws))
-	if q, ok := x.b.(QuantizedMultiMatMuler); ok && fusesMatmuls(x, ws, groupSize, bits) {
+	if q, ok := multiMatMuler(x); ok && fusesMatmuls(x, ws, groupSize, bits) {
 		a8 = a8 && HasQuantizedA8(x.b, bits) && x.Size() == x.shape[len(x.shape)-1]
 		outs := make([][]int, len(ws))
 		for i, w := range ws {
@@ -163,6 +163,15 @@ func QuantizedMatmuls(x *Array, ws []QuantizedMatrix, groupSize, bits int, a8 bo
 		}
 	}
 	return ys
+}
+
+// multiMatMuler is x's backend's several-matrix product, if x is valid and it has one.
+func multiMatMuler(x *Array) (QuantizedMultiMatMuler, bool) {
+	if x == nil || x.err != nil {
+		return nil, false
+	}
+	q, ok := x.b.(QuantizedMultiMatMuler)
+	return q, ok
 }
 
 // fusesMatmuls reports whether QuantizedMatmuls' inputs suit one backend call: at

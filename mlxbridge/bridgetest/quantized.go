@@ -289,4 +289,9 @@ func (s *suite) quantizedMany(t *testing.T) {
 	if ys[0].Err() != nil || ys[1].Err() != nil || ys[2].Err() == nil {
 		t.Errorf("a matrix of 128 columns against x of 64 gave errors %v, %v, %v", ys[0].Err(), ys[1].Err(), ys[2].Err())
 	}
+	for _, y := range mx.QuantizedMatmuls(nil, set, 64, 4, false) {
+		if y.Err() == nil {
+			t.Errorf("a nil x gave no error")
+		}
+	}
 }

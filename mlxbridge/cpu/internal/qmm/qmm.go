@@ -289,9 +289,11 @@ func gemvT(ws []*weights, outs [][]float32, x []float32, M int) {
 // eachRange splits the rows of all of ws, taken one after another, among cores and calls f
 // for the part of each matrix a core's range covers, rows [n0, n1) of ws[i]. Each matrix
 // starts at a multiple of 4 and the ranges are cut at multiples of 4, so n0 is always one:
-// the kernels take rows four at a time and the rest one by one, which round differently,
-// so a row's result is the same whichever range holds it and however many matrices share
-// the call.
+// the matrix-vector kernels take rows four at a time and the rest one by one, which round
+// differently, so for up to four rows of x (decoding) a row's result is the same whichever
+// range holds it and however many matrices share the call. (The batched kernels for more
+// rows work in blocks of sixteen rows of W from a range's start, so theirs may differ in
+// the last bits, as they do with the number of cores.)
 func eachRange(ws []*weights, costPerRow int, f func(w *weights, i, n0, n1 int)) {
 	total := 0
 	for _, w := range ws {
