@@ -109,7 +109,7 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 // weights as integers, as llama.cpp multiplies its quantized weights. Anywhere
 // else it is QuantizedMatmul, exactly.
 func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array {
-	if !HasQuantizedA8(x.b, bits) || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 ||
+	if x == nil || !HasQuantizedA8(x.b, bits) || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 ||
 		len(x.shape) < 1 || x.Size() != x.shape[len(x.shape)-1] {
 		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
 	}

@@ -201,6 +201,9 @@ func (s *suite) quantizedA8(t *testing.T) {
 	if bad := mx.QuantizedMatmulA8(s.randn(6, 1, 32), wq, sc, bi, 64, 4); bad.Err() == nil {
 		t.Errorf("x of 32 values against weights of 64 gave %s", bad)
 	}
+	if bad := mx.QuantizedMatmulA8(nil, wq, sc, bi, 64, 4); bad.Err() == nil {
+		t.Errorf("a nil x gave %s", bad)
+	}
 	// Traced, it is the exact product and differentiable.
 	grad := func(f func(x *mx.Array) *mx.Array) []float64 {
 		_, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array { return []*mx.Array{mx.Sum(f(p[0]), nil, false)} }, []*mx.Array{s.randn(8, 1, 64)})
