@@ -33,7 +33,7 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 // matrix holds them compact in one dtype.
 func (be *Backend) QuantizedMatMuls(x *mx.Array, ws []mx.QuantizedMatrix, groupSize, bits int, a8 bool, outs [][]int) ([]mx.Handle, error) {
 	if a8 && !qmm.HasInt8(bits) {
-		return nil, fmt.Errorf("quantized_matmuls: no integer kernel for %d-bit weights on this CPU", bits)
+		return nil, fmt.Errorf("cpu: no integer kernel for %d-bit weights on this CPU", bits)
 	}
 	xs := x.Shape()
 	q := multiCall{x: h(x).f, k: xs[len(xs)-1], group: groupSize, bits: bits, a8: a8, res: make([][]float32, len(ws))}
@@ -154,22 +154,11 @@ func (be *Backend) ReadsCompactScales(bits int) bool { return qmm.ReadsHalfScale
 func (be *Backend) HasA8(bits int) bool { return qmm.HasInt8(bits) }
 
 // QuantizedMatMulA8 runs qmm's 8-bit-activation kernel (mx.QuantizedMatmulA8 asks
-// HasA8 first).
+// HasA8 first): QuantizedMatMuls' product for one matrix.
 func (be *Backend) QuantizedMatMulA8(x, w, scales, biases *mx.Array, groupSize, bits int, out []int) (mx.Handle, error) {
-	if !qmm.HasInt8(bits) {
-		return nil, fmt.Errorf("quantized_matmul_a8: no integer kernel for %d-bit weights on this CPU", bits)
+	hs, err := be.QuantizedMatMuls(x, []mx.QuantizedMatrix{{W: w, Scales: scales, Biases: biases}}, groupSize, bits, true, [][]int{out})
+	if err != nil {
+		return nil, err
 	}
-	ws := w.Shape()
-	n, k := ws[0], ws[1]*32/bits
-	res := newF(n)
-	switch s, b, dt := compactScales(scales, biases); dt {
-	case mx.BFloat16:
-		qmm.MatVecTInt8(res, h(x).f, k, h(w).u, qmm.BF16(s), qmm.BF16(b), n, groupSize, bits)
-	case mx.Float16:
-		qmm.MatVecTInt8(res, h(x).f, k, h(w).u, qmm.F16(s), qmm.F16(b), n, groupSize, bits)
-	default:
-		qmm.MatVecTInt8(res, h(x).f, k, h(w).u, h(scales).f, h(biases).f, n, groupSize, bits)
-	}
-	roundTo(x.DType(), res)
-	return fbuf(res), nil
+	return hs[0], nil
 }
