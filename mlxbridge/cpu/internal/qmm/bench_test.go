@@ -186,36 +186,45 @@ func BenchmarkMatVecScales16(b *testing.B) {
 				}
 				name := map[bool]string{false: "exact", true: "int8"}[int8]
 				b.Run(fmt.Sprintf("bits=%d/%dx%d/%s", bits, N, K, name), func(b *testing.B) {
-					var t32, t16 time.Duration
-					i := 0
-					for b.Loop() {
+					alternate(b, "f32", "bf16", func(i int) {
 						p, s, bi := w.copy(i)
-						start := time.Now()
 						if int8 {
 							MatVecTInt8(out, x, K, p, s, bi, N, 64, bits)
 						} else {
 							MatMulT(out, x, 1, K, p, s, bi, N, 64, bits)
 						}
-						t32 += time.Since(start)
-						p, _, _ = w.copy(i + w.copies/2) // another copy, so neither finds the other's in cache
+					}, func(i int) {
+						p, _, _ := w.copy(i + w.copies/2) // another copy, so neither finds the other's in cache
 						c := (i + w.copies/2) % w.copies
 						sh, bh := s16[c*G:(c+1)*G], b16[c*G:(c+1)*G]
-						start = time.Now()
 						if int8 {
 							MatVecTInt8(out, x, K, p, sh, bh, N, 64, bits)
 						} else {
 							MatMulT(out, x, 1, K, p, sh, bh, N, 64, bits)
 						}
-						t16 += time.Since(start)
-						i++
-					}
-					b.ReportMetric(t32.Seconds()*1e6/float64(b.N), "us-f32")
-					b.ReportMetric(t16.Seconds()*1e6/float64(b.N), "us-bf16")
-					b.ReportMetric(t32.Seconds()/t16.Seconds(), "f32/bf16")
+					})
 				})
 			}
 		}
 	}
+}
+
+// alternate times first(i) and second(i) in turn, i counting the iterations, and
+// reports each one's microseconds an iteration (us-<a>, us-<b>) and their ratio
+// (<a>/<b>): two forms of one product, compared within one run.
+func alternate(b *testing.B, a, c string, first, second func(i int)) {
+	var t1, t2 time.Duration
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		first(i)
+		t1 += time.Since(start)
+		start = time.Now()
+		second(i)
+		t2 += time.Since(start)
+	}
+	b.ReportMetric(t1.Seconds()*1e6/float64(b.N), "us-"+a)
+	b.ReportMetric(t2.Seconds()*1e6/float64(b.N), "us-"+c)
+	b.ReportMetric(t1.Seconds()/t2.Seconds(), a+"/"+c)
 }
 
 // BenchmarkMatVecMulti is decoding's products of a block's query, key and value projections
@@ -248,32 +257,20 @@ func BenchmarkMatVecMulti(b *testing.B) {
 			for _, w := range ws {
 				copies = min(copies, w.copies)
 			}
-			set := func(i int) []Matrix[[]float32] {
-				ms := make([]Matrix[[]float32], len(ws))
-				for j, w := range ws {
+			sets := make([][]Matrix[[]float32], copies) // each set's copies of the matrices
+			for i := range sets {
+				for _, w := range ws {
 					p, s, bi := w.copy(i)
-					ms[j] = Matrix[[]float32]{p, s, bi, w.N}
+					sets[i] = append(sets[i], Matrix[[]float32]{p, s, bi, w.N})
 				}
-				return ms
 			}
-			var each, joint time.Duration
-			i := 0
-			for b.Loop() {
-				ms := set(i)
-				start := time.Now()
-				for j, m := range ms {
+			alternate(b, "each", "joint", func(i int) {
+				for j, m := range sets[i%copies] {
 					MatMulT(outs[j], x, 1, c.K, m.Packed, m.Scales, m.Biases, m.N, 64, 4)
 				}
-				each += time.Since(start)
-				ms = set(i + copies/2) // another copy, so neither finds the other's in cache
-				start = time.Now()
-				MatMulTs(outs, x, 1, c.K, ms, 64, 4)
-				joint += time.Since(start)
-				i++
-			}
-			b.ReportMetric(each.Seconds()*1e6/float64(b.N), "us-each")
-			b.ReportMetric(joint.Seconds()*1e6/float64(b.N), "us-joint")
-			b.ReportMetric(each.Seconds()/joint.Seconds(), "each/joint")
+			}, func(i int) {
+				MatMulTs(outs, x, 1, c.K, sets[(i+copies/2)%copies], 64, 4) // another copy, so neither finds the other's in cache
+			})
 		})
 	}
 }
