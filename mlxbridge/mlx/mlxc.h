@@ -70,7 +70,8 @@ typedef int (*mlxc_closure_fn)(mlxc_vector* out, const mlxc_vector in, void* pay
   X(int, set_memory_limit, (size_t* r, size_t limit), (r, limit))                             \
   MLXC_UNARY(X, negative) MLXC_UNARY(X, exp) MLXC_UNARY(X, log) MLXC_UNARY(X, sqrt)           \
   MLXC_UNARY(X, rsqrt) MLXC_UNARY(X, sigmoid) MLXC_UNARY(X, tanh) MLXC_UNARY(X, abs)          \
-  MLXC_UNARY(X, square) MLXC_UNARY(X, sign) MLXC_UNARY(X, erf) MLXC_UNARY(X, cos) MLXC_UNARY(X, sin)                                \
+  MLXC_UNARY(X, square) MLXC_UNARY(X, sign) MLXC_UNARY(X, erf) MLXC_UNARY(X, cos)             \
+  MLXC_UNARY(X, sin)                                                                          \
   MLXC_BINARY(X, add) MLXC_BINARY(X, subtract) MLXC_BINARY(X, multiply)                       \
   MLXC_BINARY(X, divide) MLXC_BINARY(X, maximum) MLXC_BINARY(X, minimum)                      \
   MLXC_BINARY(X, power) MLXC_BINARY(X, greater) MLXC_BINARY(X, greater_equal)                 \
