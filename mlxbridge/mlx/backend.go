@@ -37,6 +37,9 @@ type Backend struct {
 	gcBusy  atomic.Bool
 
 	ropes map[ropeKey]*ropeTable // RoPE's angles on the CPU device (rope.go); worker only
+
+	compiles bool              // Compile is offered (compile.go)
+	closures []compiledRelease // compiled functions to free, under mu
 }
 
 var (
@@ -60,6 +63,7 @@ func Open() (*Backend, error) {
 		be.gcAt.Store(minGCBytes)
 		be.w = newWorker(func() { openErr = be.initStream() })
 		if openErr == nil {
+			be.w.do(be.initCompile)
 			theOne = be
 		}
 	})
@@ -171,4 +175,5 @@ var (
 	_ mx.Freer             = (*Backend)(nil)
 	_ mx.Sorter            = (*Backend)(nil)
 	_ mx.CumSummer         = (*Backend)(nil)
+	_ mx.Compiler          = (*Backend)(nil)
 )

@@ -8,7 +8,6 @@ package mlx
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"runtime/cgo"
@@ -26,20 +25,29 @@ type gradCall struct {
 	err    error
 }
 
+// closureCall is what an mlx_closure made by mlxc_closure_for runs: ValueAndGrad's
+// function or a compiled one (compile.go), and where its error is kept.
+type closureCall interface {
+	call(out *C.mlxc_vector, in C.mlxc_vector) error
+	fail(err error)
+}
+
 // goClosureCall is the mlx_closure MLX calls while it traces f. It runs on the
-// worker thread, inside mlx_closure_value_and_grad_apply, so the backend calls f
-// makes run directly there. The output vector arrives empty (a NULL ctx) and is
-// filled with mlx_vector_array_set_data.
+// worker thread, inside mlx_closure_value_and_grad_apply or mlx_closure_apply, so
+// the backend calls f makes run directly there. The output vector arrives empty (a
+// NULL ctx) and is filled with mlx_vector_array_set_data.
 //
 //export goClosureCall
 func goClosureCall(out *C.mlxc_vector, in C.mlxc_vector, payload C.uintptr_t) C.int {
-	g := cgo.Handle(payload).Value().(*gradCall)
+	g := cgo.Handle(payload).Value().(closureCall)
 	if err := g.call(out, in); err != nil {
-		g.err = err
+		g.fail(err)
 		return 1
 	}
 	return 0
 }
+
+func (g *gradCall) fail(err error) { g.err = err }
 
 func (g *gradCall) call(out *C.mlxc_vector, in C.mlxc_vector) (err error) {
 	defer func() {
@@ -60,25 +68,41 @@ func (g *gradCall) call(out *C.mlxc_vector, in C.mlxc_vector) (err error) {
 		xs[i] = mx.Wrap(g.be, g.be.own(c), p.Shape(), p.DType())
 	}
 	outs := g.f(xs)
-	if len(outs) == 0 {
-		return errors.New("mlx: value and grad: f returned no outputs")
-	}
-	cs := make([]C.mlxc_array, len(outs))
-	for i, o := range outs {
-		if err := o.Err(); err != nil {
-			return fmt.Errorf("mlx: value and grad: output %d: %w", i, err)
-		}
-		c, err := arg(o)
-		if err != nil {
-			return fmt.Errorf("mlx: value and grad: output %d: %w", i, err)
-		}
-		cs[i] = c
+	cs, err := outputArgs(outs, "value and grad")
+	if err != nil {
+		return err
 	}
 	if loss := outs[0]; loss.Size() != 1 || !loss.DType().IsFloat() {
 		return fmt.Errorf("mlx: value and grad: loss must be a float scalar, got %s", loss)
 	}
+	return setOutputs(out, cs, outs, "value and grad")
+}
+
+// outputArgs is the mlx_array of each of f's outputs, or the first output's error.
+// It runs on the worker.
+func outputArgs(outs []*mx.Array, what string) ([]C.mlxc_array, error) {
+	if len(outs) == 0 {
+		return nil, fmt.Errorf("mlx: %s: f returned no outputs", what)
+	}
+	cs := make([]C.mlxc_array, len(outs))
+	for i, o := range outs {
+		if err := o.Err(); err != nil {
+			return nil, fmt.Errorf("mlx: %s: output %d: %w", what, i, err)
+		}
+		c, err := arg(o)
+		if err != nil {
+			return nil, fmt.Errorf("mlx: %s: output %d: %w", what, i, err)
+		}
+		cs[i] = c
+	}
+	return cs, nil
+}
+
+// setOutputs hands f's outputs (cs, of outs) back to MLX through the closure's
+// output vector. It runs on the worker.
+func setOutputs(out *C.mlxc_vector, cs []C.mlxc_array, outs []*mx.Array, what string) error {
 	if C.mlxc_vector_array_set_data(out, ptr(cs), C.size_t(len(cs))) != 0 {
-		return lastError("value and grad: outputs")
+		return lastError(what + ": outputs")
 	}
 	runtime.KeepAlive(outs)
 	return nil

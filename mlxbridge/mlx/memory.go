@@ -58,12 +58,16 @@ func (be *Backend) drain() {
 		return
 	}
 	be.mu.Lock()
-	q := be.pending
-	be.pending = nil
+	q, cls := be.pending, be.closures
+	be.pending, be.closures = nil, nil
 	be.npend.Store(0)
 	be.mu.Unlock()
 	for _, c := range q {
 		C.mlxc_array_free(c)
+	}
+	for _, r := range cls {
+		C.mlxc_closure_free(r.cl)
+		r.h.Delete()
 	}
 	be.gcAt.Store(max(minGCBytes, 2*be.live.Load()))
 }

@@ -116,4 +116,11 @@ mlxc_closure mlxc_closure_for(uintptr_t handle) {
   return mlxc_closure_new_func_payload(closure_trampoline, (void*)handle, NULL);
 }
 
+int mlxc_apply(mlxc_closure f, const mlxc_array* in, size_t n, mlxc_vector* out) {
+  mlxc_vector v = mlxc_vector_array_new_data(in, n);
+  int rc = mlxc_closure_apply(out, f, v);
+  mlxc_vector_array_free(v);
+  return rc;
+}
+
 float mlxc_rope_step(float base, int half) { return logf(base) / (float)half; }

@@ -156,9 +156,14 @@ typedef int (*mlxc_closure_fn)(mlxc_vector* out, const mlxc_vector in, void* pay
   X(int, closure_value_and_grad_free, (mlxc_vag f), (f))
 
 // Symbols that may be absent; callers test mlxc_has_<name>() first.
-#define MLXC_OPTIONAL(X)                                                   \
-  X(int, device_count, (int* r, int device_type), (r, device_type))        \
-  X(int, set_default_stream, (mlxc_stream st), (st))
+#define MLXC_OPTIONAL(X)                                                     \
+  X(int, device_count, (int* r, int device_type), (r, device_type))          \
+  X(int, set_default_stream, (mlxc_stream st), (st))                         \
+  X(int, compile, (mlxc_closure* r, const mlxc_closure f, bool shapeless),   \
+    (r, f, shapeless))                                                       \
+  X(int, closure_apply, (mlxc_vector* r, mlxc_closure f,                     \
+    const mlxc_vector in), (r, f, in))                                       \
+  X(int, set_compile_mode, (int mode), (mode))
 
 #define MLXC_DECLARE(ret, name, params, args) ret mlxc_##name params;
 MLXC_FUNCS(MLXC_DECLARE)
@@ -192,6 +197,15 @@ int mlxc_on_worker(void);
 
 // mlxc_closure_for wraps the exported Go callback with a cgo.Handle payload.
 mlxc_closure mlxc_closure_for(uintptr_t handle);
+
+// mlxc_apply calls closure f on the n arrays of in and leaves its outputs in *out
+// (which the caller frees): one call for building the input vector, applying f and
+// freeing the vector again.
+int mlxc_apply(mlxc_closure f, const mlxc_array* in, size_t n, mlxc_vector* out);
+
+// The compile modes' numbers (the mlx_compile_mode enum): MLX's compile keeps the
+// ops it traced, only merging duplicates (no fuse), or also fuses elementwise chains.
+enum { MLXC_COMPILE_NO_FUSE = 2, MLXC_COMPILE_ENABLED = 3 };
 
 // mlxc_rope_step is log(base) / half in single precision, computed as MLX's RoPE computes
 // the step of its inverse frequencies (std::log of a float), so a table of its angles holds
