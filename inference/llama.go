@@ -23,6 +23,8 @@ type llamaBlock struct {
 	Attn      llamaAttention `tensor:"self_attn"`
 	PostNorm  *RMSNorm       `tensor:"post_attention_layernorm"`
 	MLP       SwiGLU         `tensor:"mlp"`
+
+	tail blockTail
 }
 
 type llamaAttention struct {
@@ -66,12 +68,14 @@ func newLlamaBlock(cfg *Config, _ int) Block {
 }
 
 func (blk *llamaBlock) Forward(x *mx.Array, c *LayerCache) *mx.Array {
-	h := mx.Add(x, blk.Attn.Forward(blk.InputNorm.Forward(x), c))
-	return mx.Add(h, blk.MLP.Forward(blk.PostNorm.Forward(h)))
+	o := blk.Attn.attend(blk.InputNorm.Forward(x), c)
+	return blk.tail.forward(x, o, blk.Attn.O, blk.PostNorm, &blk.MLP)
 }
 
-// Forward is attention over x (B, L, hidden) at the positions after c's.
-func (a *llamaAttention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
+// attend is attention over x (B, L, hidden) at the positions after c's: the heads'
+// outputs merged, (B, L, Hq·D), which the output projection (in the block's tail)
+// takes.
+func (a *llamaAttention) attend(x *mx.Array, c *LayerCache) *mx.Array {
 	b, l := x.Dim(0), x.Dim(1)
 	qkv := forwardAll(x, a.Q, a.K, a.V)
 	q := splitHeads(qkv[0], b, l, a.heads, a.headDim)   // (B, Hq, L, D)
@@ -80,5 +84,5 @@ func (a *llamaAttention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 	pos := c.Len()
 	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
 	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)
-	return a.O.Forward(mergeHeads(o, b, l, a.heads, a.headDim))
+	return mergeHeads(o, b, l, a.heads, a.headDim)
 }

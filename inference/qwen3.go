@@ -20,6 +20,8 @@ type qwen3Block struct {
 	Attn      qwen3Attention `tensor:"self_attn"`
 	PostNorm  *RMSNorm       `tensor:"post_attention_layernorm"`
 	MLP       SwiGLU         `tensor:"mlp"`
+
+	tail blockTail
 }
 
 type qwen3Attention struct {
@@ -59,11 +61,11 @@ func newQwen3Block(cfg *Config, _ int) Block {
 }
 
 func (blk *qwen3Block) Forward(x *mx.Array, c *LayerCache) *mx.Array {
-	h := mx.Add(x, blk.Attn.Forward(blk.InputNorm.Forward(x), c))
-	return mx.Add(h, blk.MLP.Forward(blk.PostNorm.Forward(h)))
+	o := blk.Attn.attend(blk.InputNorm.Forward(x), c)
+	return blk.tail.forward(x, o, blk.Attn.O, blk.PostNorm, &blk.MLP)
 }
 
-func (a *qwen3Attention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
+func (a *qwen3Attention) attend(x *mx.Array, c *LayerCache) *mx.Array {
 	b, l := x.Dim(0), x.Dim(1)
 	// The norms act on each head's D features, so they run before heads move axes.
 	qkv := forwardAll(x, a.Q, a.K, a.V)
@@ -75,5 +77,5 @@ func (a *qwen3Attention) Forward(x *mx.Array, c *LayerCache) *mx.Array {
 	pos := c.Len()
 	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
 	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)
-	return a.O.Forward(mergeHeads(o, b, l, a.heads, a.headDim))
+	return mergeHeads(o, b, l, a.heads, a.headDim)
 }
