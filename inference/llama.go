@@ -24,6 +24,7 @@ type llamaBlock struct {
 	PostNorm  *RMSNorm       `tensor:"post_attention_layernorm"`
 	MLP       SwiGLU         `tensor:"mlp"`
 
+	head blockHead
 	tail blockTail
 }
 
@@ -68,21 +69,21 @@ func newLlamaBlock(cfg *Config, _ int) Block {
 }
 
 func (blk *llamaBlock) Forward(x *mx.Array, c *LayerCache) *mx.Array {
-	o := blk.Attn.attend(blk.InputNorm.Forward(x), c)
-	return blk.tail.forward(x, o, blk.Attn.O, blk.PostNorm, &blk.MLP)
+	a := &blk.Attn
+	xn, q, k, v := blk.head.forward(x, headLayers{norm: blk.InputNorm, q: a.Q, k: a.K, v: a.V,
+		heads: a.heads, kvHeads: a.kvHeads, dim: a.headDim}, c)
+	o := attendHeads(xn, q, k, v, c, a.rope, a.scale)
+	return blk.tail.forward(x, o, a.O, blk.PostNorm, &blk.MLP)
 }
 
-// attend is attention over x (B, L, hidden) at the positions after c's: the heads'
-// outputs merged, (B, L, Hq·D), which the output projection (in the block's tail)
-// takes.
-func (a *llamaAttention) attend(x *mx.Array, c *LayerCache) *mx.Array {
-	b, l := x.Dim(0), x.Dim(1)
-	qkv := forwardAll(x, a.Q, a.K, a.V)
-	q := splitHeads(qkv[0], b, l, a.heads, a.headDim)   // (B, Hq, L, D)
-	k := splitHeads(qkv[1], b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
-	v := splitHeads(qkv[2], b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
+// attendHeads rotates the queries q (B, Hq, L, D) and keys k (B, Hkv, L, D) to
+// their positions after c's and attends over c and them: the heads' outputs
+// merged, (B, L, Hq·D), for the output projection. xn is the block's normalized
+// input, for c's attention hook.
+func attendHeads(xn, q, k, v *mx.Array, c *LayerCache, rope Rope, scale float32) *mx.Array {
+	b, l, h, d := q.Dim(0), q.Dim(2), q.Dim(1), q.Dim(3)
 	pos := c.Len()
-	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
-	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)
-	return mergeHeads(o, b, l, a.heads, a.headDim)
+	q, k = rope.Apply(q, pos), rope.Apply(k, pos)
+	o := c.Attend(xn, q, k, v, scale) // (B, Hq, L, D)
+	return mergeHeads(o, b, l, h, d)
 }

@@ -21,6 +21,7 @@ type qwen3Block struct {
 	PostNorm  *RMSNorm       `tensor:"post_attention_layernorm"`
 	MLP       SwiGLU         `tensor:"mlp"`
 
+	head blockHead
 	tail blockTail
 }
 
@@ -61,21 +62,9 @@ func newQwen3Block(cfg *Config, _ int) Block {
 }
 
 func (blk *qwen3Block) Forward(x *mx.Array, c *LayerCache) *mx.Array {
-	o := blk.Attn.attend(blk.InputNorm.Forward(x), c)
-	return blk.tail.forward(x, o, blk.Attn.O, blk.PostNorm, &blk.MLP)
-}
-
-func (a *qwen3Attention) attend(x *mx.Array, c *LayerCache) *mx.Array {
-	b, l := x.Dim(0), x.Dim(1)
-	// The norms act on each head's D features, so they run before heads move axes.
-	qkv := forwardAll(x, a.Q, a.K, a.V)
-	q := a.QNorm.Forward(mx.Reshape(qkv[0], b, l, a.heads, a.headDim))
-	k := a.KNorm.Forward(mx.Reshape(qkv[1], b, l, a.kvHeads, a.headDim))
-	q = splitHeads(q, b, l, a.heads, a.headDim)         // (B, Hq, L, D)
-	k = splitHeads(k, b, l, a.kvHeads, a.headDim)       // (B, Hkv, L, D)
-	v := splitHeads(qkv[2], b, l, a.kvHeads, a.headDim) // (B, Hkv, L, D)
-	pos := c.Len()
-	q, k = a.rope.Apply(q, pos), a.rope.Apply(k, pos)
-	o := c.Attend(x, q, k, v, a.scale) // (B, Hq, L, D)
-	return mergeHeads(o, b, l, a.heads, a.headDim)
+	a := &blk.Attn
+	xn, q, k, v := blk.head.forward(x, headLayers{norm: blk.InputNorm, q: a.Q, k: a.K, v: a.V, qNorm: a.QNorm, kNorm: a.KNorm,
+		heads: a.heads, kvHeads: a.kvHeads, dim: a.headDim}, c)
+	o := attendHeads(xn, q, k, v, c, a.rope, a.scale)
+	return blk.tail.forward(x, o, a.O, blk.PostNorm, &blk.MLP)
 }

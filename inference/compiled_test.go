@@ -1,0 +1,122 @@
+package inference
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	mx "github.com/inloop/inloop/mlxbridge"
+)
+
+// segmentsOf is block i's compiled head and tail.
+func segmentsOf(m *Model, i int) (head, tail *segment) {
+	switch b := m.layers[i].(type) {
+	case *llamaBlock:
+		return &b.head.segment, &b.tail.segment
+	case *qwen3Block:
+		return &b.head.segment, &b.tail.segment
+	}
+	panic(fmt.Sprintf("block %T", m.layers[i]))
+}
+
+// TestCompiledBlocksMLX decodes with every block's head and tail compiled
+// (mx.Compile) and with their ops, on the mlx backend (skipped where libmlxc does
+// not load): the logits of every step are the same bit for bit on MLX's CPU
+// device (a GPU fuses the traces' elementwise ops: within rounding there). It
+// covers Llama, Qwen2 (biases on q/k/v) and Qwen3 (per-head norms), float32 and
+// 4-bit weights, 8-bit activations, an adapter on block 0's query and block 1's
+// down projection (those pieces run as ops, the rest stay compiled), and an
+// attention hook on block 0 (its head runs as ops, to hand the hook its input,
+// which passHook reads).
+func TestCompiledBlocksMLX(t *testing.T) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		t.Skipf("mlx backend: %v", err)
+	}
+	if c := mx.Compile(be, 1, func(in []*mx.Array) []*mx.Array { return in }); !c.Compiles() {
+		t.Skip("this libmlxc does not compile")
+	}
+	gpu := false
+	if d, ok := be.(interface{ Device() string }); ok {
+		gpu = d.Device() == "gpu"
+	}
+	defer func() { compileBlocks = true }()
+	for _, c := range []struct {
+		arch          string
+		bits          int
+		int8, adapter bool
+		hook          bool
+	}{{"llama", 0, false, false, false}, {"qwen2", 0, false, false, false}, {"qwen3", 0, false, false, false},
+		{"llama", 4, false, false, false}, {"qwen3", 4, true, false, false}, {"llama", 0, false, true, false},
+		{"qwen3", 0, false, false, true}} {
+		name := fmt.Sprintf("%s/bits=%d/int8=%v/adapter=%v/hook=%v", c.arch, c.bits, c.int8, c.adapter, c.hook)
+		t.Run(name, func(t *testing.T) {
+			cfg := tinyConfig(c.arch)
+			cfg.HiddenSize, cfg.IntermediateSize = 64, 128
+			if c.bits > 0 {
+				cfg.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 32, Bits: c.bits}}
+			}
+			m := NewRandom(cfg, 7, be)
+			m.SetInt8Decode(c.int8)
+			if c.adapter {
+				lora := func(seed uint64, l *Linear) LoRA {
+					return LoRA{A: randomOn(be, seed, l.In, 2), B: randomOn(be, seed+1, 2, l.Out), Scale: 2}
+				}
+				a := NewAdapter("user", map[string]LoRA{
+					"model.layers.0.self_attn.q_proj": lora(3, m.layers[0].(*llamaBlock).Attn.Q),
+					"model.layers.1.mlp.down_proj":    lora(5, m.layers[1].(*llamaBlock).MLP.Down),
+				})
+				if _, err := m.PushAdapter(a); err != nil {
+					t.Fatal(err)
+				}
+			}
+			session := func() *Session {
+				s := NewSession(m)
+				if c.hook {
+					if err := s.cache.SetHook(0, &passHook{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return s
+			}
+			ids := tokenSeq(24, cfg.VocabSize, 3)
+			compileBlocks = false
+			want := stepLogits(t, session(), ids)
+			compileBlocks = true
+			s := session()
+			got := stepLogits(t, s, ids)
+			for i := range got {
+				d := maxAbsDiff(got[i], want[i])
+				if d != 0 && (!gpu || d > 1e-4*spreadOf(want[i])) {
+					t.Fatalf("step %d: compiled blocks' logits differ from the ops' by %g", i, d)
+				}
+			}
+			if h, ok := s.cache.Hook(0).(*passHook); c.hook && (!ok || h.calls != len(ids)) {
+				t.Fatalf("the hook ran %d times for %d positions", h.calls, len(ids))
+			}
+			compiled := func(s *segment) bool { return s.c != nil && s.c.Compiles() }
+			for i := range m.layers {
+				head, tail := segmentsOf(m, i)
+				wantHead := !(c.adapter && i == 0) && !(c.hook && i == 0)
+				wantTail := !(c.adapter && i == 1)
+				if compiled(head) != wantHead || compiled(tail) != wantTail {
+					t.Errorf("block %d: head compiled %v, tail %v; want %v, %v", i, compiled(head), compiled(tail), wantHead, wantTail)
+				}
+			}
+			if slices.Equal(want[0], want[len(want)-1]) {
+				t.Fatal("the steps' logits do not change")
+			}
+		})
+	}
+}
+
+// randomOn is a (rows, cols) float32 array on b of values uniform in ±0.3.
+func randomOn(b mx.Backend, seed uint64, rows, cols int) *mx.Array {
+	r := rand.New(rand.NewPCG(seed, 1))
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = 0.6*r.Float32() - 0.3
+	}
+	return mx.FromData(b, mx.Float32, v, rows, cols)
+}
