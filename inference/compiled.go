@@ -29,11 +29,8 @@ type segment struct {
 }
 
 // get is the compiled function for spec, traced from fn's function where the
-// spec changed, or nil where b does not compile.
+// spec changed, or nil where b did not compile it.
 func (s *segment) get(b mx.Backend, outs int, spec any, fn func() func([]*mx.Array) []*mx.Array) *mx.Compiled {
-	if _, ok := b.(mx.Compiler); !ok {
-		return nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c == nil || s.spec != spec {
@@ -45,8 +42,15 @@ func (s *segment) get(b mx.Backend, outs int, spec any, fn func() func([]*mx.Arr
 	return s.c
 }
 
-// decoding reports whether x (B, L, hidden) takes the compiled pieces.
-func decoding(x *mx.Array) bool { return compileBlocks && x.Err() == nil && x.Dim(1) == 1 }
+// decoding reports whether x (B, L, hidden) takes the compiled pieces: one
+// position, on a backend that compiles.
+func decoding(x *mx.Array) bool {
+	if !compileBlocks || x.Err() != nil || x.Dim(1) != 1 {
+		return false
+	}
+	_, ok := x.Backend().(mx.Compiler)
+	return ok
+}
 
 // linearSpec is one Linear's layout, without its arrays.
 type linearSpec struct {
