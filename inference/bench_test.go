@@ -468,9 +468,10 @@ func BenchmarkGenerateMLX(b *testing.B) {
 // BenchmarkDecodeGraphMLX is what building one decode step costs the host on the
 // mlx backend, without computing it: the forward pass of one token after 16 and the
 // greedy draw on the device, as generateQueued issues them (skipped where libmlxc
-// does not load). On a GPU the step computes while the host builds the next one,
-// so for small models this is what bounds decoding; us/step is per step. Each step
-// is then computed and the cache cut back, outside the timing.
+// does not load), with each block's head and tail compiled (compiled) and as ops
+// (ops). On a GPU the step computes while the host builds the next one, so for
+// small models this is what bounds decoding; us/step is per step. Each step is
+// then computed and the cache cut back, outside the timing.
 func BenchmarkDecodeGraphMLX(b *testing.B) {
 	m, be := mlxDemo(b)
 	s := NewSession(m)
@@ -482,21 +483,28 @@ func BenchmarkDecodeGraphMLX(b *testing.B) {
 		b.Fatal(err)
 	}
 	tok := mx.FromData(be, mx.Int32, []int32{5}, 1, 1)
-	var build time.Duration
-	for b.Loop() {
-		var next *mx.Array
-		start := time.Now()
-		mx.Run(be, func() {
-			logits := m.ForwardLast(tok, s.cache)
-			next, _ = sampler.deviceDraw(mx.Reshape(logits, m.cfg.VocabSize), false)
+	for _, compiled := range []bool{true, false} {
+		name := map[bool]string{true: "compiled", false: "ops"}[compiled]
+		b.Run(name, func(b *testing.B) {
+			compileBlocks = compiled
+			defer func() { compileBlocks = true }()
+			var build time.Duration
+			for b.Loop() {
+				var next *mx.Array
+				start := time.Now()
+				mx.Run(be, func() {
+					logits := m.ForwardLast(tok, s.cache)
+					next, _ = sampler.deviceDraw(mx.Reshape(logits, m.cfg.VocabSize), false)
+				})
+				build += time.Since(start)
+				if err := mx.Eval(next); err != nil {
+					b.Fatal(err)
+				}
+				s.cache.Trim(16)
+			}
+			b.ReportMetric(build.Seconds()*1e6/float64(b.N), "us/step")
 		})
-		build += time.Since(start)
-		if err := mx.Eval(next); err != nil {
-			b.Fatal(err)
-		}
-		s.cache.Trim(16)
 	}
-	b.ReportMetric(build.Seconds()*1e6/float64(b.N), "us/step")
 }
 
 // BenchmarkPrefillMLX is a 500-token prefill of the bundled demo model on the
