@@ -344,7 +344,7 @@ func minMax[T int32 | uint32](v []T) (lo, hi int64) {
 func (be *Backend) Data(a *mx.Array) (any, error) {
 	var out any
 	var err error
-	be.w.do(func() {
+	be.w.wait(func() {
 		be.drain()
 		s := &scope{be: be, st: be.stream}
 		defer func() {

@@ -127,7 +127,7 @@ func (be *Backend) AsyncEval(xs ...*mx.Array) error { return be.eval(xs, true) }
 
 func (be *Backend) eval(xs []*mx.Array, async bool) error {
 	var err error
-	be.w.do(func() {
+	be.w.wait(func() {
 		be.drain()
 		cs := make([]C.mlxc_array, len(xs))
 		for i, x := range xs {
@@ -150,7 +150,7 @@ func (be *Backend) eval(xs []*mx.Array, async bool) error {
 // Synchronize waits for all work queued on the backend's stream.
 func (be *Backend) Synchronize() error {
 	var err error
-	be.w.do(func() {
+	be.w.wait(func() {
 		if C.mlxc_synchronize(be.stream) != 0 {
 			err = lastError("synchronize")
 		}

@@ -114,7 +114,7 @@ func (be *Backend) ValueAndGrad(f func(params []*mx.Array) []*mx.Array, params [
 	g := &gradCall{be: be, f: f, params: params}
 	h := cgo.NewHandle(g)
 	defer h.Delete()
-	be.w.do(func() {
+	be.w.wait(func() {
 		be.drain()
 		cs := make([]C.mlxc_array, len(params))
 		argnums := make([]C.int, len(params))
