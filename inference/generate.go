@@ -231,19 +231,34 @@ func generateQueued(ctx context.Context, sess *Session, logits *mx.Array, sample
 	}
 	drop := func() { sess.cache.Trim(len(sess.tokens)) } // a queued step's keys and values
 	for {
+		// tok (and its log-probability) read back, and the memory peak: on the
+		// backend's thread right after the next step is queued, so that a token
+		// costs one hand-over to it (each wakes a thread).
+		var ids []int32
+		var logProb float32
+		var readErr, lpErr error
+		read := func() {
+			ids, readErr = tok.Int32s()
+			if readErr == nil && opts.LogProb {
+				logProb, lpErr = lp.Item()
+			}
+			peak()
+		}
 		// The step after tok, queued unless it cannot be needed.
 		var next, nextLP *mx.Array
 		queued := false
 		if !(opts.MaxTokens > 0 && st.GeneratedTokens+1 >= opts.MaxTokens) && !(limit > 0 && sess.cache.Len()+1 > limit) {
 			var err error
-			if next, nextLP, queued, err = sess.queue(tok, sampler, opts.LogProb); err != nil {
+			if next, nextLP, queued, err = sess.queue(tok, sampler, opts.LogProb, read); err != nil {
 				return err
 			}
 		}
-		ids, err := tok.Int32s()
-		if err != nil {
+		if !queued {
+			read()
+		}
+		if readErr != nil {
 			drop()
-			return fmt.Errorf("inference: sampling: %w", err)
+			return fmt.Errorf("inference: sampling: %w", readErr)
 		}
 		id := int(ids[0])
 		if st.TimeToFirstToken == 0 {
@@ -257,12 +272,11 @@ func generateQueued(ctx context.Context, sess *Session, logits *mx.Array, sample
 		}
 		st.GeneratedTokens++
 		if opts.LogProb {
-			v, err := lp.Item()
-			if err != nil {
+			if lpErr != nil {
 				drop()
-				return fmt.Errorf("inference: log-probability: %w", err)
+				return fmt.Errorf("inference: log-probability: %w", lpErr)
 			}
-			st.LogProb += float64(v)
+			st.LogProb += float64(logProb)
 		}
 		if emit(id) {
 			drop()
@@ -304,7 +318,6 @@ func generateQueued(ctx context.Context, sess *Session, logits *mx.Array, sample
 			}
 		}
 		steps++
-		peak()
 	}
 }
 

@@ -150,8 +150,10 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 // read back: generateQueued's step. The cache holds tok's keys and values
 // once it returns; the caller adds tok to the session's tokens when it has
 // read it, or trims the cache back. queued is false, with nothing run, when
-// the adapters changed since the cache was computed.
-func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool) (next, lp *mx.Array, queued bool, err error) {
+// the adapters changed since the cache was computed. Once the step is queued,
+// then runs where the backend issues its ops, in the same hand-over (reading
+// tok back costs no second one).
+func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func()) (next, lp *mx.Array, queued bool, err error) {
 	s.m.ad.mu.RLock()
 	defer s.m.ad.mu.RUnlock()
 	if s.m.AdapterVersion() != s.version {
@@ -160,7 +162,9 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool) (next, lp
 	mx.Run(s.m.b, func() {
 		logits := s.m.ForwardLast(tok, s.cache)
 		next, lp = sampler.deviceDraw(mx.Reshape(logits, s.m.cfg.VocabSize), logProb)
-		err = mx.AsyncEval(nonNil(next, lp)...)
+		if err = mx.AsyncEval(nonNil(next, lp)...); err == nil {
+			then()
+		}
 	})
 	if err != nil {
 		s.cache.Trim(len(s.tokens))
