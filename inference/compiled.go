@@ -28,18 +28,26 @@ type segment struct {
 	c    *mx.Compiled
 }
 
-// get is the compiled function for spec, traced from fn's function where the
-// spec changed, or nil where b did not compile it.
+// get is the compiled function for spec, made from fn's function where the spec
+// changed, or nil where b did not compile it. The lock is not held while the
+// backend makes it: a block decoding on the backend's thread may wait for it.
 func (s *segment) get(b mx.Backend, outs int, spec any, fn func() func([]*mx.Array) []*mx.Array) *mx.Compiled {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.c == nil || s.spec != spec {
-		s.spec, s.c = spec, mx.Compile(b, outs, fn())
+	c := s.c
+	if s.spec != spec {
+		c = nil
 	}
-	if !s.c.Compiles() {
+	s.mu.Unlock()
+	if c == nil {
+		c = mx.Compile(b, outs, fn())
+		s.mu.Lock()
+		s.spec, s.c = spec, c
+		s.mu.Unlock()
+	}
+	if !c.Compiles() {
 		return nil
 	}
-	return s.c
+	return c
 }
 
 // decoding reports whether x (B, L, hidden) takes the compiled pieces: one

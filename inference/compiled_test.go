@@ -1,10 +1,12 @@
 package inference
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -119,4 +121,53 @@ func randomOn(b mx.Backend, seed uint64, rows, cols int) *mx.Array {
 		v[i] = 0.6*r.Float32() - 0.3
 	}
 	return mx.FromData(b, mx.Float32, v, rows, cols)
+}
+
+// TestCompiledBlocksConcurrentMLX decodes the first tokens of fresh forks from two
+// goroutines at once, one through Generate (its steps run on the mlx backend's
+// thread) and one calling ForwardLast from its own goroutine, so that both look
+// for the same blocks' compiled pieces while one of them is being made. Making
+// one under the block's lock deadlocked here: the holder waited for the backend's
+// thread, which waited for the lock.
+func TestCompiledBlocksConcurrentMLX(t *testing.T) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		t.Skipf("mlx backend: %v", err)
+	}
+	base := NewRandom(tinyConfig("llama"), 7, be)
+	prompt := tokenSeq(8, base.cfg.VocabSize, 1)
+	done := make(chan error, 1)
+	go func() {
+		for range 100 {
+			m := base.Fork()
+			errs := make(chan error, 2)
+			go func() {
+				_, err := Generate(context.Background(), NewSession(m), prompt, GenerateOptions{MaxTokens: 3}, func(int) bool { return false })
+				errs <- err
+			}()
+			go func() {
+				s := NewSession(m)
+				if _, _, err := s.Prefill(prompt); err != nil {
+					errs <- err
+					return
+				}
+				errs <- mx.Eval(m.ForwardLast(mx.FromData(be, mx.Int32, []int32{5}, 1, 1), s.cache))
+			}()
+			for range 2 {
+				if err := <-errs; err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("two goroutines decoding one model deadlocked")
+	}
 }
