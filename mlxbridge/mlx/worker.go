@@ -115,8 +115,8 @@ func (w *worker) do(f func()) { w.hand(f, true) }
 // wait is do for work that takes longer than waking the caller does (a decoding
 // step's build, a readback that waits for the device, an eval): the caller parks
 // at once, because a caller spinning meanwhile takes a core from the worker and
-// from MLX's own threads (on two cores it made decoding the demo model 10–30%
-// slower).
+// from MLX's own threads (on two cores the demo model decoded 4–45% slower, in
+// three rounds, with every caller spinning).
 func (w *worker) wait(f func()) { w.hand(f, false) }
 
 func (w *worker) hand(f func(), spin bool) {
