@@ -206,3 +206,35 @@ func maxAbsDiff(t *testing.T, a, b *mx.Array) float32 {
 	}
 	return d
 }
+
+// TestCompiledUnderGrad differentiates through a compiled function with MLX's
+// autodiff (its inputs are then MLX's tracers, which MLX's compile hands to f
+// itself): the gradient is f's, and a later plain call still replays.
+func TestCompiledUnderGrad(t *testing.T) {
+	be := openOrSkip(t)
+	if !be.compiles {
+		t.Skip("this libmlxc does not compile")
+	}
+	in := []*mx.Array{randn(be, 1, 1, 1, 16), randn(be, 2, 1, 1, 16), randn(be, 3, 16), randn(be, 4, 16, 16), randn(be, 5, 16, 16)}
+	c := mx.Compile(be, 2, swiglu)
+	grad := func(g func([]*mx.Array) []*mx.Array) []*mx.Array {
+		_, gs, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array {
+			outs := g(append([]*mx.Array{p[0]}, in[1:]...))
+			return []*mx.Array{mx.Sum(mx.Mul(outs[0], outs[1]), nil, false)}
+		}, in[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gs
+	}
+	got, want := grad(func(x []*mx.Array) []*mx.Array { return c.Call(x...) }), grad(swiglu)
+	if d := maxAbsDiff(t, got[0], want[0]); d != 0 && !be.gpu {
+		t.Fatalf("gradient through the compiled function differs from f's by %g", d)
+	}
+	if !c.Compiles() {
+		t.Fatal("differentiating through it turned compiling off")
+	}
+	if d := maxAbsDiff(t, c.Call(in...)[0], swiglu(in)[0]); d != 0 && !be.gpu {
+		t.Fatalf("plain call after the gradient differs by %g", d)
+	}
+}
