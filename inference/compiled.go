@@ -13,9 +13,11 @@ import (
 // split into heads) and its tail (the output projection, residual, post-attention
 // norm, MLP and residual). Each replaces about ten ops, each a trip from Go into
 // the library: most of what building a decoding step costs the host, which on a
-// GPU bounds how fast a small model decodes. The layers' arrays are the calls'
-// inputs, so a trace holds no weights; a layer with adapters, a cache with an
-// attention hook, or more than one position runs the ops as they are.
+// GPU bounds how fast a small model decodes. The layers' arrays, their adapters'
+// included, are the calls' inputs, so a trace holds no weights and an updated
+// adapter (test-time training's, a correction's step) needs no new trace; a layer with more
+// than maxAdapters adapters or with dropout (training), a cache with an attention
+// hook, or more than one position runs the ops as they are.
 
 // compileBlocks lets tests compare the compiled pieces with the ops.
 var compileBlocks = true
@@ -60,26 +62,45 @@ func decoding(x *mx.Array) bool {
 	return ok
 }
 
-// linearSpec is one Linear's layout, without its arrays.
+// maxAdapters is the most adapters a layer of a compiled piece takes (a user's
+// adapter under test-time training's, say); a deeper stack runs as ops.
+const maxAdapters = 4
+
+// linearSpec is one Linear's layout, without its arrays: its adapters' scales
+// (their A and B are inputs), the first adapters of them.
 type linearSpec struct {
-	in, out          int
-	quantized, bias  bool
-	groupSize, bits  int
-	int8, hasAdapter bool
+	in, out         int
+	quantized, bias bool
+	groupSize, bits int
+	int8            bool
+	adapters        int
+	scales          [maxAdapters]float32
 }
 
-func specOf(l *Linear) linearSpec {
+// specOf is l's layout; ok is false where the piece cannot hold it: too many
+// adapters, or one with dropout (training).
+func specOf(l *Linear) (s linearSpec, ok bool) {
 	q := l.quantized()
-	return linearSpec{in: l.In, out: l.Out, quantized: q, bias: l.Bias != nil, groupSize: l.GroupSize, bits: l.Bits,
-		int8: q && l.int8.Load(), hasAdapter: len(l.adapters) > 0}
+	s = linearSpec{in: l.In, out: l.Out, quantized: q, bias: l.Bias != nil, groupSize: l.GroupSize, bits: l.Bits,
+		int8: q && l.int8.Load(), adapters: len(l.adapters)}
+	if s.adapters > maxAdapters {
+		return s, false
+	}
+	for i, lo := range l.adapters {
+		if lo.Drop != nil {
+			return s, false
+		}
+		s.scales[i] = lo.Scale
+	}
+	return s, true
 }
 
 // specsOf is the layouts of ls and their arrays appended to in, in the order
-// rebuild takes them back; ok is false where a layer has adapters.
+// rebuild takes them back; ok is false where a layer's layout cannot be held.
 func specsOf(in []*mx.Array, ls ...*Linear) (specs []linearSpec, _ []*mx.Array, ok bool) {
 	for _, l := range ls {
-		s := specOf(l)
-		if s.hasAdapter {
+		s, ok := specOf(l)
+		if !ok {
 			return nil, nil, false
 		}
 		specs = append(specs, s)
@@ -89,6 +110,9 @@ func specsOf(in []*mx.Array, ls ...*Linear) (specs []linearSpec, _ []*mx.Array, 
 		}
 		if s.bias {
 			in = append(in, l.Bias)
+		}
+		for _, lo := range l.adapters {
+			in = append(in, lo.A, lo.B)
 		}
 	}
 	return specs, in, true
@@ -113,6 +137,10 @@ func (s linearSpec) rebuild(in []*mx.Array) (*Linear, []*mx.Array) {
 	}
 	if s.bias {
 		l.Bias, in = in[0], in[1:]
+	}
+	for i := range s.adapters {
+		l.adapters = append(l.adapters, &LoRA{A: in[0], B: in[1], Scale: s.scales[i]})
+		in = in[2:]
 	}
 	return l, in
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +28,11 @@ func segmentsOf(m *Model, i int) (head, tail *segment) {
 // not load): the logits of every step are the same bit for bit on MLX's CPU
 // device (a GPU fuses the traces' elementwise ops: within rounding there). It
 // covers Llama, Qwen2 (biases on q/k/v) and Qwen3 (per-head norms), float32 and
-// 4-bit weights, 8-bit activations, an adapter on block 0's query and block 1's
-// down projection (those pieces run as ops, the rest stay compiled), and an
-// attention hook on block 0 (its head runs as ops, to hand the hook its input,
-// which passHook reads).
+// 4-bit weights, 8-bit activations, adapters on block 0's query and block 1's
+// down projection (compiled too, with the adapters' arrays as inputs), the same
+// with dropout on block 1's (a trainer's: that tail runs as ops), and an attention
+// hook on block 0 (its head runs as ops, to hand the hook its input, which
+// passHook reads).
 func TestCompiledBlocksMLX(t *testing.T) {
 	be, err := mx.Open("mlx")
 	if err != nil {
@@ -39,20 +41,17 @@ func TestCompiledBlocksMLX(t *testing.T) {
 	if c := mx.Compile(be, 1, func(in []*mx.Array) []*mx.Array { return in }); !c.Compiles() {
 		t.Skip("this libmlxc does not compile")
 	}
-	gpu := false
-	if d, ok := be.(interface{ Device() string }); ok {
-		gpu = d.Device() == "gpu"
-	}
+	gpu := onGPU(be)
 	defer func() { compileBlocks = true }()
 	for _, c := range []struct {
 		arch          string
 		bits          int
 		int8, adapter bool
-		hook          bool
-	}{{"llama", 0, false, false, false}, {"qwen2", 0, false, false, false}, {"qwen3", 0, false, false, false},
-		{"llama", 4, false, false, false}, {"qwen3", 4, true, false, false}, {"llama", 0, false, true, false},
-		{"qwen3", 0, false, false, true}} {
-		name := fmt.Sprintf("%s/bits=%d/int8=%v/adapter=%v/hook=%v", c.arch, c.bits, c.int8, c.adapter, c.hook)
+		dropout, hook bool
+	}{{"llama", 0, false, false, false, false}, {"qwen2", 0, false, false, false, false}, {"qwen3", 0, false, false, false, false},
+		{"llama", 4, false, false, false, false}, {"qwen3", 4, true, false, false, false}, {"llama", 0, false, true, false, false},
+		{"llama", 4, false, true, true, false}, {"qwen3", 0, false, false, false, true}} {
+		name := fmt.Sprintf("%s/bits=%d/int8=%v/adapter=%v/dropout=%v/hook=%v", c.arch, c.bits, c.int8, c.adapter, c.dropout, c.hook)
 		t.Run(name, func(t *testing.T) {
 			cfg := tinyConfig(c.arch)
 			cfg.HiddenSize, cfg.IntermediateSize = 64, 128
@@ -71,6 +70,9 @@ func TestCompiledBlocksMLX(t *testing.T) {
 				})
 				if _, err := m.PushAdapter(a); err != nil {
 					t.Fatal(err)
+				}
+				if c.dropout { // what a trainer installs while it trains: an identity here
+					m.layers[1].(*llamaBlock).MLP.Down.adapters[0].Drop = func(x *mx.Array) *mx.Array { return x }
 				}
 			}
 			session := func() *Session {
@@ -100,8 +102,8 @@ func TestCompiledBlocksMLX(t *testing.T) {
 			compiled := func(s *segment) bool { return s.c != nil && s.c.Compiles() }
 			for i := range m.layers {
 				head, tail := segmentsOf(m, i)
-				wantHead := !(c.adapter && i == 0) && !(c.hook && i == 0)
-				wantTail := !(c.adapter && i == 1)
+				wantHead := !(c.hook && i == 0)
+				wantTail := !(c.dropout && i == 1)
 				if compiled(head) != wantHead || compiled(tail) != wantTail {
 					t.Errorf("block %d: head compiled %v, tail %v; want %v, %v", i, compiled(head), compiled(tail), wantHead, wantTail)
 				}
@@ -170,4 +172,69 @@ func TestCompiledBlocksConcurrentMLX(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("two goroutines decoding one model deadlocked")
 	}
+}
+
+// TestCompiledBlocksAdapterSwapMLX replaces the adapter halfway through a decode,
+// as test-time training and a correction's step do, with compiled blocks and
+// with ops: every step's logits are the same, so the compiled pieces use the
+// adapter the layers hold at each call, not the one they were traced with.
+func TestCompiledBlocksAdapterSwapMLX(t *testing.T) {
+	be, err := mx.Open("mlx")
+	if err != nil {
+		t.Skipf("mlx backend: %v", err)
+	}
+	cfg := tinyConfig("llama")
+	cfg.HiddenSize, cfg.IntermediateSize = 64, 128
+	ids := tokenSeq(20, cfg.VocabSize, 4)
+	defer func() { compileBlocks = true }()
+	run := func(compiled bool) [][]float32 {
+		compileBlocks = compiled
+		m := NewRandom(cfg, 9, be)
+		adapter := func(seed uint64) *Adapter {
+			loras := map[string]LoRA{}
+			m.Linears(func(path string, l *Linear) {
+				if strings.HasPrefix(path, "model.layers.") {
+					loras[path] = LoRA{A: randomOn(be, seed, l.In, 4), B: randomOn(be, seed+1, 4, l.Out), Scale: 1.5}
+					seed += 2
+				}
+			})
+			return NewAdapter("ttt", loras)
+		}
+		if _, err := m.PushAdapter(adapter(100)); err != nil {
+			t.Fatal(err)
+		}
+		s := NewSession(m)
+		logits, _, err := s.Prefill(ids[:1])
+		var out [][]float32
+		for i := 1; ; i++ {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, floats(t, logits))
+			if i == len(ids) {
+				return out
+			}
+			if i == len(ids)/2 {
+				if _, err := m.ReplaceAdapter(adapter(500)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			logits, err = s.Append(ids[i : i+1])
+		}
+	}
+	want, got := run(false), run(true)
+	for i := range want {
+		if d := maxAbsDiff(got[i], want[i]); d != 0 && (!onGPU(be) || d > 1e-4*spreadOf(want[i])) {
+			t.Fatalf("step %d: compiled blocks' logits differ from the ops' by %g", i, d)
+		}
+	}
+	if maxAbsDiff(want[len(ids)/2-1], want[len(ids)/2]) == 0 {
+		t.Fatal("replacing the adapter changed nothing")
+	}
+}
+
+// onGPU reports whether b computes on a GPU (where compiled pieces are fused).
+func onGPU(b mx.Backend) bool {
+	d, ok := b.(interface{ Device() string })
+	return ok && d.Device() == "gpu"
 }
