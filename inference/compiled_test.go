@@ -203,24 +203,13 @@ func TestCompiledBlocksAdapterSwapMLX(t *testing.T) {
 		if _, err := m.PushAdapter(adapter(100)); err != nil {
 			t.Fatal(err)
 		}
-		s := NewSession(m)
-		logits, _, err := s.Prefill(ids[:1])
-		var out [][]float32
-		for i := 1; ; i++ {
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, floats(t, logits))
-			if i == len(ids) {
-				return out
-			}
+		return stepLogitsWith(t, NewSession(m), ids, func(i int) {
 			if i == len(ids)/2 {
 				if _, err := m.ReplaceAdapter(adapter(500)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			logits, err = s.Append(ids[i : i+1])
-		}
+		})
 	}
 	want, got := run(false), run(true)
 	for i := range want {

@@ -13,6 +13,13 @@ import (
 // returns the logits after every token.
 func stepLogits(t *testing.T, s *Session, ids []int) [][]float32 {
 	t.Helper()
+	return stepLogitsWith(t, s, ids, nil)
+}
+
+// stepLogitsWith is stepLogits calling before(i), where it is not nil, before
+// it appends ids[i].
+func stepLogitsWith(t *testing.T, s *Session, ids []int, before func(i int)) [][]float32 {
+	t.Helper()
 	logits, _, err := s.Prefill(ids[:1])
 	out := [][]float32{}
 	for i := 1; ; i++ {
@@ -22,6 +29,9 @@ func stepLogits(t *testing.T, s *Session, ids []int) [][]float32 {
 		out = append(out, floats(t, logits))
 		if i == len(ids) {
 			return out
+		}
+		if before != nil {
+			before(i)
 		}
 		logits, err = s.Append(ids[i : i+1])
 	}
