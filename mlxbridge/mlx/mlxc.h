@@ -203,9 +203,9 @@ mlxc_closure mlxc_closure_for(uintptr_t handle);
 // freeing the vector again.
 int mlxc_apply(mlxc_closure f, const mlxc_array* in, size_t n, mlxc_vector* out);
 
-// The compile modes' numbers (the mlx_compile_mode enum): MLX's compile keeps the
-// ops it traced, only merging duplicates (no fuse), or also fuses elementwise chains.
-enum { MLXC_COMPILE_NO_FUSE = 2, MLXC_COMPILE_ENABLED = 3 };
+// The compile mode (of the mlx_compile_mode enum) in which MLX's compile keeps the ops
+// it traced, only merging duplicates, instead of also fusing elementwise chains.
+enum { MLXC_COMPILE_NO_FUSE = 2 };
 
 // mlxc_rope_step is log(base) / half in single precision, computed as MLX's RoPE computes
 // the step of its inverse frequencies (std::log of a float), so a table of its angles holds
