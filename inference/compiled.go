@@ -15,9 +15,9 @@ import (
 // the library: most of what building a decoding step costs the host, which on a
 // GPU bounds how fast a small model decodes. The layers' arrays, their adapters'
 // included, are the calls' inputs, so a trace holds no weights and an updated
-// adapter (test-time training's, a correction's step) needs no new trace; a layer with more
-// than maxAdapters adapters or with dropout (training), a cache with an attention
-// hook, or more than one position runs the ops as they are.
+// adapter (test-time training's, a correction's step) needs no new trace; a
+// layer with more than maxAdapters adapters or with dropout (training), a cache
+// with an attention hook, or more than one position runs the ops as they are.
 
 // compileBlocks lets tests compare the compiled pieces with the ops.
 var compileBlocks = true

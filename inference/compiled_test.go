@@ -3,7 +3,6 @@ package inference
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -117,12 +116,7 @@ func TestCompiledBlocksMLX(t *testing.T) {
 
 // randomOn is a (rows, cols) float32 array on b of values uniform in ±0.3.
 func randomOn(b mx.Backend, seed uint64, rows, cols int) *mx.Array {
-	r := rand.New(rand.NewPCG(seed, 1))
-	v := make([]float32, rows*cols)
-	for i := range v {
-		v[i] = 0.6*r.Float32() - 0.3
-	}
-	return mx.FromData(b, mx.Float32, v, rows, cols)
+	return mx.FromData(b, mx.Float32, uniform(seed, rows*cols, 0, 0.3), rows, cols)
 }
 
 // TestCompiledBlocksConcurrentMLX decodes the first tokens of fresh forks from two
