@@ -69,7 +69,7 @@ func (m *Model) Loss(tokens, targets, mask *mx.Array, o LossOptions) *mx.Array {
 	if len(rows) == 0 {
 		return mx.Full(b, nil, 0, mx.Float32) // as CrossEntropyMasked gives; every gradient zero
 	}
-	h := m.hiddenWith(tokens, nil, o.CheckpointBlocks)
+	h := m.hiddenWith(tokens, nil, o.CheckpointBlocks, false)
 	if h.Err() != nil {
 		return h
 	}

@@ -436,12 +436,15 @@ func (m *Model) Tokens(ids ...[]int) (*mx.Array, error) {
 // Hidden runs the layers on tokens (B, L) and returns the final hidden states
 // (B, L, hidden) before the final norm, appending to cache when it is not nil.
 func (m *Model) hidden(tokens *mx.Array, cache *Cache) *mx.Array {
-	return m.hiddenWith(tokens, cache, false)
+	return m.hiddenWith(tokens, cache, false, false)
 }
 
 // hiddenWith is hidden, with each block under mx.Checkpoint when checkpoint
-// is set and there is no cache (a training step).
-func (m *Model) hiddenWith(tokens *mx.Array, cache *Cache, checkpoint bool) *mx.Array {
+// is set and there is no cache (a training step), and each block's output
+// queued (mx.AsyncEval) as soon as it is built when stage is set (a decoding
+// step where stagesSteps holds; never inside a transform, which must not
+// evaluate).
+func (m *Model) hiddenWith(tokens *mx.Array, cache *Cache, checkpoint, stage bool) *mx.Array {
 	if err := tokens.Err(); err != nil {
 		return tokens
 	}
@@ -468,6 +471,11 @@ func (m *Model) hiddenWith(tokens *mx.Array, cache *Cache, checkpoint bool) *mx.
 			cache.keep(h)
 		}
 		h = blk.Forward(h, cache.layer(i))
+		if stage && h.Err() == nil {
+			if err := mx.AsyncEval(h); err != nil {
+				h = mx.ErrorArray(fmt.Errorf("inference: block %d: %w", i, err))
+			}
+		}
 	}
 	if h.Err() != nil {
 		cache.Trim(start) // the layers before the failure advanced; keep the cache consistent
@@ -498,7 +506,12 @@ func (m *Model) Forward(tokens *mx.Array, cache *Cache) *mx.Array {
 // ForwardLast is Forward for decoding: only the last position's logits (B, vocab)
 // are computed, so a prefill of L tokens projects one row onto the vocabulary, not L.
 func (m *Model) ForwardLast(tokens *mx.Array, cache *Cache) *mx.Array {
-	h := m.hidden(tokens, cache)
+	return m.forwardLast(tokens, cache, false)
+}
+
+// forwardLast is ForwardLast, with hiddenWith's stage.
+func (m *Model) forwardLast(tokens *mx.Array, cache *Cache, stage bool) *mx.Array {
+	h := m.hiddenWith(tokens, cache, false, stage)
 	if h.Err() != nil {
 		return h
 	}

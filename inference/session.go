@@ -134,7 +134,7 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	// them (mx.Run), they skip a hand-over each on MLX.
 	var logits *mx.Array
 	mx.Run(s.m.b, func() {
-		logits = s.m.ForwardLast(ids, s.cache)
+		logits = s.m.forwardLast(ids, s.cache, len(tokens) == 1 && stagesSteps(s.m.b))
 		err = mx.Eval(logits)
 	})
 	if err != nil {
@@ -160,7 +160,7 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func
 		return nil, nil, false, nil
 	}
 	mx.Run(s.m.b, func() {
-		logits := s.m.ForwardLast(tok, s.cache)
+		logits := s.m.forwardLast(tok, s.cache, stagesSteps(s.m.b))
 		next, lp = sampler.deviceDraw(mx.Reshape(logits, s.m.cfg.VocabSize), logProb)
 		if err = mx.AsyncEval(nonNil(next, lp)...); err == nil {
 			then()
@@ -171,6 +171,31 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func
 		return nil, nil, false, fmt.Errorf("inference: forward: %w", err)
 	}
 	return next, lp, true, nil
+}
+
+// stageMode overrides stagesSteps for tests and benchmarks: 1 always (on a
+// backend that is not lazy, queueing a block does nothing), −1 never, 0 as
+// stagesSteps decides.
+var stageMode int
+
+// stagesSteps reports whether a decoding step on b is queued block by block
+// (hiddenWith's stage) rather than whole: on a lazy backend computing on the
+// CPU. MLX lets the queueing thread run only about a hundred ops (ten tasks)
+// ahead of its stream thread, so while the next step was built, from the
+// token just read back, the stream had those few ops left and then nothing:
+// on the 4-bit demo it sat idle for a third of each token (per-thread CPU
+// time). Queued block by block, block 0 computes while block 1 is built. On a
+// GPU the step goes whole, as mlx-lm queues it: there each queue commits a
+// command buffer, and that has not been measured.
+func stagesSteps(b mx.Backend) bool {
+	if stageMode != 0 {
+		return stageMode > 0
+	}
+	if _, ok := b.(mx.AsyncEvaluator); !ok {
+		return false
+	}
+	d, ok := b.(interface{ Device() string })
+	return ok && d.Device() == "cpu"
 }
 
 func commonPrefix(a, b []int) int {
