@@ -29,11 +29,12 @@ type Session struct {
 	cache   *Cache
 	tokens  []int  // tokens the cache holds, in order
 	version uint64 // the adapter version the cache was computed with
+	stage   bool   // decoding steps are queued block by block (stagesSteps)
 }
 
 // NewSession starts an empty session with m.
 func NewSession(m *Model) *Session {
-	return &Session{m: m, cache: NewCache(m), version: m.AdapterVersion()}
+	return &Session{m: m, cache: NewCache(m), version: m.AdapterVersion(), stage: stagesSteps(m)}
 }
 
 // NewSessionWith starts an empty session with m whose cache stores keys and
@@ -43,7 +44,7 @@ func NewSessionWith(m *Model, o CacheOptions) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{m: m, cache: c, version: m.AdapterVersion()}, nil
+	return &Session{m: m, cache: c, version: m.AdapterVersion(), stage: stagesSteps(m)}, nil
 }
 
 // Model returns the session's model.
@@ -134,7 +135,7 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	// them (mx.Run), they skip a hand-over each on MLX.
 	var logits *mx.Array
 	mx.Run(s.m.b, func() {
-		logits = s.m.forwardLast(ids, s.cache, len(tokens) == 1 && stagesSteps(s.m.b))
+		logits = s.m.forwardLast(ids, s.cache, len(tokens) == 1 && s.stage)
 		err = mx.Eval(logits)
 	})
 	if err != nil {
@@ -160,7 +161,7 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func
 		return nil, nil, false, nil
 	}
 	mx.Run(s.m.b, func() {
-		logits := s.m.forwardLast(tok, s.cache, stagesSteps(s.m.b))
+		logits := s.m.forwardLast(tok, s.cache, s.stage)
 		next, lp = sampler.deviceDraw(mx.Reshape(logits, s.m.cfg.VocabSize), logProb)
 		if err = mx.AsyncEval(nonNil(next, lp)...); err == nil {
 			then()
@@ -178,24 +179,29 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func
 // stagesSteps decides.
 var stageMode int
 
-// stagesSteps reports whether a decoding step on b is queued block by block
-// (hiddenWith's stage) rather than whole: on a lazy backend computing on the
-// CPU. MLX lets the queueing thread run only about a hundred ops (ten tasks)
-// ahead of its stream thread, so while the next step was built, from the
-// token just read back, the stream had those few ops left and then nothing:
-// on the 4-bit demo it sat idle for a third of each token (per-thread CPU
-// time). Queued block by block, block 0 computes while block 1 is built. On a
-// GPU the step goes whole, as mlx-lm queues it: there each queue commits a
-// command buffer, and that has not been measured.
-func stagesSteps(b mx.Backend) bool {
+// stagesSteps reports whether a session of m queues each decoding step block
+// by block (hiddenWith's stage) rather than whole: on a lazy backend
+// computing on the CPU, when the blocks' linear layers are quantized.
+//
+// MLX lets the queueing thread run only about a hundred ops (ten tasks) ahead
+// of its stream thread, so while the next step was built, from the token just
+// read back, the stream had those few ops left and then nothing: on the 4-bit
+// demo it sat idle for a third of each token (per-thread CPU time). Queued
+// block by block, block 0 computes while block 1 is built. That pays where
+// the stream thread computes alone, as MLX's quantized products do on the
+// CPU; float32 products go to BLAS on every core, and a builder working beside
+// them takes one away (the float32 demo decoded at 0.89 of the whole steps'
+// speed staged). On a GPU the step goes whole, as mlx-lm queues it: there each
+// queue commits a command buffer, and that has not been measured.
+func stagesSteps(m *Model) bool {
 	if stageMode != 0 {
 		return stageMode > 0
 	}
-	if _, ok := b.(mx.AsyncEvaluator); !ok {
+	if _, ok := m.b.(mx.AsyncEvaluator); !ok {
 		return false
 	}
-	d, ok := b.(interface{ Device() string })
-	return ok && d.Device() == "cpu"
+	d, ok := m.b.(interface{ Device() string })
+	return ok && d.Device() == "cpu" && m.quantizedBlocks()
 }
 
 func commonPrefix(a, b []int) int {

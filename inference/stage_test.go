@@ -13,18 +13,16 @@ import (
 // what the step queued whole does, bit for bit: through Append and through
 // Generate's queued loop, with compiled blocks and as ops, in float32 and
 // 4-bit, and past a growth of the cache's slots (its buffers updated in
-// place while later blocks are still being built). On the CPU device staging
-// is what a step does unless told otherwise.
+// place while later blocks are still being built). Only quantized models on
+// MLX's CPU device stage unless told otherwise.
 func TestStagedStepsMLX(t *testing.T) {
 	be, err := mx.Open("mlx")
 	if err != nil {
 		t.Skipf("mlx backend: %v", err)
 	}
-	if d, ok := be.(interface{ Device() string }); ok && d.Device() == "cpu" && !stagesSteps(be) {
-		t.Error("MLX on the CPU device queues its decoding steps whole")
-	}
-	if stagesSteps(cpu(t)) {
-		t.Error("the cpu backend stages its steps")
+	onCPU := false
+	if d, ok := be.(interface{ Device() string }); ok {
+		onCPU = d.Device() == "cpu"
 	}
 	defer func() { stageMode, compileBlocks = 0, true }()
 	for _, arch := range []string{"llama", "qwen3"} {
@@ -37,6 +35,13 @@ func TestStagedStepsMLX(t *testing.T) {
 						cfg.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 32, Bits: bits}}
 					}
 					m := NewRandom(cfg, 7, be)
+					stageMode = 0
+					if got, want := stagesSteps(m), onCPU && bits > 0; got != want {
+						t.Errorf("stages its steps: %v, want %v", got, want)
+					}
+					if c := NewRandom(cfg, 7, cpu(t)); stagesSteps(c) {
+						t.Error("the cpu backend stages its steps")
+					}
 					compileBlocks = compiled
 					ids := tokenSeq(slotStep+20, cfg.VocabSize, 4)
 					run := func(mode int) ([][]float32, []int) {
