@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -427,28 +428,43 @@ func BenchmarkDecodeMLX(b *testing.B) {
 // does not load): 64 tokens after a 16-token prompt, greedy and sampled
 // (temperature 0.7, top-p 0.95), with each step queued before the token it
 // follows is read back (queued, the default there) and without (plain), on
-// the bundled demo model and SmolLM2-135M's shape. tok/s is the best decode
-// rate of b.N runs:
+// the bundled demo model, its 4-bit copy and SmolLM2-135M's shape in float32
+// and 4-bit. A quantized model's queued steps go block by block on the CPU
+// device (stagesSteps); whole is the same loop with each step queued whole.
+// tok/s is the best decode rate of b.N runs:
 //
 //	MLXC_LIB=… go test ./inference -run '^$' -bench GenerateMLX -benchtime 5x
 func BenchmarkGenerateMLX(b *testing.B) {
 	demo, be := mlxDemo(b)
+	dir := filepath.Join(b.TempDir(), "demo-4bit")
+	if _, err := QuantizeModel("../resources/demo", dir, 4, 64); err != nil {
+		b.Fatal(err)
+	}
+	demo4, err := Load(dir, be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	smol4 := SmolLM2_135M()
+	smol4.Quantization = &Quantization{QuantParams: QuantParams{GroupSize: 64, Bits: 4}}
 	models := []struct {
 		name string
 		m    *Model
-	}{{"demo", demo}, {"smollm2-135m", NewRandom(SmolLM2_135M(), 1, be)}}
+	}{{"demo", demo}, {"demo-4bit", demo4}, {"smollm2-135m", NewRandom(SmolLM2_135M(), 1, be)}, {"smollm2-135m-4bit", NewRandom(smol4, 1, be)}}
 	for _, mc := range models {
 		for _, so := range []struct {
 			name string
 			o    SampleOptions
 		}{{"greedy", SampleOptions{}}, {"top-p", SampleOptions{Temperature: 0.7, TopP: 0.95, Seed: 1}}} {
 			for _, mode := range []struct {
-				name string
-				q    int
-			}{{"queued", 1}, {"plain", -1}} {
+				name         string
+				queue, stage int
+			}{{"queued", 1, 0}, {"whole", 1, -1}, {"plain", -1, 0}} {
+				if mode.name == "whole" && !mc.m.quantizedBlocks() {
+					continue
+				}
 				b.Run(mc.name+"/"+so.name+"/"+mode.name, func(b *testing.B) {
-					queueMode = mode.q
-					defer func() { queueMode = 0 }()
+					queueMode, stageMode = mode.queue, mode.stage
+					defer func() { queueMode, stageMode = 0, 0 }()
 					prompt := tokenSeq(16, mc.m.cfg.VocabSize, 1)
 					best := 0.0
 					for range b.N {
