@@ -459,7 +459,7 @@ func BenchmarkGenerateMLX(b *testing.B) {
 				name         string
 				queue, stage int
 			}{{"queued", 1, 0}, {"whole", 1, -1}, {"plain", -1, 0}} {
-				if mode.name == "whole" && !mc.m.quantizedBlocks() {
+				if mode.name == "whole" && mc.m.cfg.Quantization == nil {
 					continue
 				}
 				b.Run(mc.name+"/"+so.name+"/"+mode.name, func(b *testing.B) {

@@ -300,20 +300,6 @@ func (m *Model) shareInt8(flag *atomic.Bool) {
 	})
 }
 
-// quantizedBlocks reports whether the blocks' linear layers are quantized (as
-// the first one is).
-func (m *Model) quantizedBlocks() bool {
-	q, found := false, errors.New("found")
-	_ = m.forEachModule(func(path string, mod any) error {
-		if l, ok := mod.(*Linear); ok && strings.HasPrefix(path, "model.layers.") {
-			q = l.quantized()
-			return found
-		}
-		return nil
-	})
-	return q
-}
-
 // decodesInt8 reports whether a decode step takes the integer kernels: the
 // choice is on and some quantized layer has bits the backend multiplies so.
 func (m *Model) decodesInt8() bool {

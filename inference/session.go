@@ -29,12 +29,11 @@ type Session struct {
 	cache   *Cache
 	tokens  []int  // tokens the cache holds, in order
 	version uint64 // the adapter version the cache was computed with
-	stage   bool   // decoding steps are queued block by block (stagesSteps)
 }
 
 // NewSession starts an empty session with m.
 func NewSession(m *Model) *Session {
-	return &Session{m: m, cache: NewCache(m), version: m.AdapterVersion(), stage: stagesSteps(m)}
+	return &Session{m: m, cache: NewCache(m), version: m.AdapterVersion()}
 }
 
 // NewSessionWith starts an empty session with m whose cache stores keys and
@@ -44,7 +43,7 @@ func NewSessionWith(m *Model, o CacheOptions) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Session{m: m, cache: c, version: m.AdapterVersion(), stage: stagesSteps(m)}, nil
+	return &Session{m: m, cache: c, version: m.AdapterVersion()}, nil
 }
 
 // Model returns the session's model.
@@ -135,7 +134,7 @@ func (s *Session) extend(tokens []int) (*mx.Array, error) {
 	// them (mx.Run), they skip a hand-over each on MLX.
 	var logits *mx.Array
 	mx.Run(s.m.b, func() {
-		logits = s.m.forwardLast(ids, s.cache, len(tokens) == 1 && s.stage)
+		logits = s.m.forwardLast(ids, s.cache, len(tokens) == 1 && stagesSteps(s.m))
 		err = mx.Eval(logits)
 	})
 	if err != nil {
@@ -161,7 +160,7 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func
 		return nil, nil, false, nil
 	}
 	mx.Run(s.m.b, func() {
-		logits := s.m.forwardLast(tok, s.cache, s.stage)
+		logits := s.m.forwardLast(tok, s.cache, stagesSteps(s.m))
 		next, lp = sampler.deviceDraw(mx.Reshape(logits, s.m.cfg.VocabSize), logProb)
 		if err = mx.AsyncEval(nonNil(next, lp)...); err == nil {
 			then()
@@ -179,9 +178,9 @@ func (s *Session) queue(tok *mx.Array, sampler *Sampler, logProb bool, then func
 // stagesSteps decides.
 var stageMode int
 
-// stagesSteps reports whether a session of m queues each decoding step block
-// by block (hiddenWith's stage) rather than whole: on a lazy backend
-// computing on the CPU, when the blocks' linear layers are quantized.
+// stagesSteps reports whether a decoding step of m is queued block by block
+// (hiddenWith's stage) rather than whole: on a lazy backend computing on the
+// CPU, when the model is quantized.
 //
 // MLX lets the queueing thread run only about a hundred ops (ten tasks) ahead
 // of its stream thread, so while the next step was built, from the token just
@@ -201,7 +200,7 @@ func stagesSteps(m *Model) bool {
 		return false
 	}
 	d, ok := m.b.(interface{ Device() string })
-	return ok && d.Device() == "cpu" && m.quantizedBlocks()
+	return ok && d.Device() == "cpu" && m.cfg.Quantization != nil
 }
 
 func commonPrefix(a, b []int) int {
