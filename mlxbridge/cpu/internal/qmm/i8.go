@@ -51,6 +51,26 @@ type i8Scratch struct {
 
 var i8Pool sync.Pool
 
+// getI8Scratch returns pooled room for M rows of K values rounded for bits-bit weights in
+// G groups, at least as i8Lens and the groups' sums need.
+func getI8Scratch(M, K, G, bits int) *i8Scratch {
+	s, _ := i8Pool.Get().(*i8Scratch)
+	if s == nil {
+		s = &i8Scratch{}
+	}
+	xqLen, xslLen := i8Lens(K, bits)
+	if cap(s.xq) < M*xqLen {
+		s.xq = make([]int8, M*xqLen)
+	}
+	if cap(s.xsl) < M*xslLen {
+		s.xsl = make([]float32, M*xslLen)
+	}
+	if cap(s.xsum) < M*G {
+		s.xsum = make([]float32, M*G)
+	}
+	return s
+}
+
 // MatVecTInt8 sets out = x · dequant(W)ᵀ for one row x (K values), as MatMulT with M = 1, but
 // with x rounded to 8 bits (one scale per 32/bits values) and integer dot products: each
 // value of x moves by at most half its scale, and nothing else is rounded differently. It
@@ -73,27 +93,55 @@ func MatVecTsInt8[S Scales](outs [][]float32, x []float32, K int, ws []Matrix[S]
 	if total == 0 {
 		return true
 	}
-	s, _ := i8Pool.Get().(*i8Scratch)
-	if s == nil {
-		s = &i8Scratch{}
-	}
+	s := getI8Scratch(1, K, K/groupSize, bits)
 	defer i8Pool.Put(s)
-	xqLen, xslLen := i8Lens(K, bits)
-	G := K / groupSize
-	if cap(s.xq) < xqLen {
-		s.xq = make([]int8, xqLen)
-	}
-	if cap(s.xsl) < xslLen {
-		s.xsl = make([]float32, xslLen)
-	}
-	if cap(s.xsum) < G {
-		s.xsum = make([]float32, G)
-	}
 	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
 	C.qmm_prepare_x_i8(&all[0].c, (*C.float)(&x[0]), xq, xsl, xsum)
 	form := useVNNI()
 	eachRange(all, K*bits/8, func(w *weights, i, n0, n1 int) {
 		C.qmm_gemv_t_i8(&w.c, xq, xsl, xsum, C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), form)
+	})
+	return true
+}
+
+// HasInt8Rows reports whether MatMulTsInt8 multiplies more than one row of x on integers on
+// this CPU: with AVX-512 VNNI, for 4- and 8-bit weights. (On AVX2 alone the integer kernel
+// works one row at a time, and prefill's dequantized sgemm is faster than that.)
+func HasInt8Rows(bits int) bool { return (bits == 4 || bits == 8) && useVNNI() == 1 }
+
+// MatMulTsInt8 is MatVecTsInt8 for M rows of x (M, K), outs[i] getting (M, ws[i].N): each row
+// rounded to 8 bits as MatVecTsInt8 rounds its one, and each row's result bit for bit the one
+// MatVecTsInt8 gives that row, from integer products of many rows at once (prefill). It
+// returns false, doing nothing, where HasInt8Rows(bits) is false and M > 1 (or, for one row,
+// where HasInt8 is false).
+func MatMulTsInt8[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix[S], groupSize, bits int) bool {
+	if M == 1 {
+		return MatVecTsInt8(outs, x, K, ws, groupSize, bits)
+	}
+	if !HasInt8Rows(bits) {
+		return false
+	}
+	all, total := pinAll("MatMulTsInt8", outs, ws, M, K, groupSize, bits)
+	defer closeAll(all)
+	if len(x) < M*K || M < 0 {
+		panic(fmt.Sprintf("qmm.MatMulTsInt8: x has %d values, for M=%d K=%d", len(x), M, K))
+	}
+	if M == 0 || total == 0 {
+		return true
+	}
+	g := K / groupSize
+	s := getI8Scratch(M, K, g, bits)
+	defer i8Pool.Put(s)
+	xqLen, xslLen := i8Lens(K, bits)
+	parallel(M, 1, 8*K, func(lo, hi int) {
+		for m := lo; m < hi; m++ {
+			C.qmm_prepare_x_i8(&all[0].c, (*C.float)(&x[m*K]), (*C.int8_t)(unsafe.Pointer(&s.xq[m*xqLen])),
+				(*C.float)(&s.xsl[m*xslLen]), (*C.float)(&s.xsum[m*g]))
+		}
+	})
+	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
+	eachRange(all, M*K*bits/8, func(w *weights, i, n0, n1 int) {
+		C.qmm_gemm_t_i8(&w.c, xq, xsl, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), C.int(w.N))
 	})
 	return true
 }
