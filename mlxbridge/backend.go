@@ -152,17 +152,19 @@ type (
 	QuantizedMatMuler interface {
 		QuantizedMatMul(x, w, scales, biases *Array, transpose bool, groupSize, bits int, out []int) (Handle, error)
 	}
-	// QuantizedMatMulerA8 computes x @ dequant(w).T for one row x with x rounded to
-	// 8 bits and integer dot products (QuantizedMatmulA8), for the bit widths HasA8
-	// reports it has a kernel for.
+	// QuantizedMatMulerA8 computes x @ dequant(w).T with x rounded to 8 bits and
+	// integer dot products (QuantizedMatmulA8): for one row x, for the bit widths
+	// HasA8 reports it has a kernel for, and for any number of rows, for those
+	// HasA8Rows reports.
 	QuantizedMatMulerA8 interface {
 		QuantizedMatMulA8(x, w, scales, biases *Array, groupSize, bits int, out []int) (Handle, error)
 		HasA8(bits int) bool
+		HasA8Rows(bits int) bool
 	}
 	// QuantizedMultiMatMuler computes QuantizedMatmuls in one call: x @ dequant(w)ᵀ
 	// for every 2-D matrix of ws, all of x's width and one scales dtype, into arrays
 	// of the shapes outs gives; on 8-bit activations where a8 is set (then x is one
-	// row and HasA8(bits) holds).
+	// row and HasA8(bits) holds, or HasA8Rows(bits) does).
 	QuantizedMultiMatMuler interface {
 		QuantizedMatMuls(x *Array, ws []QuantizedMatrix, groupSize, bits int, a8 bool, outs [][]int) ([]Handle, error)
 	}

@@ -101,16 +101,16 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 }
 
 // QuantizedMatmulA8 is QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
-// for decoding, with 8-bit activations where that is faster: when x holds a single
-// row (a decode step), is not traced, w is one matrix of 4 or 8 bits, and the
-// backend has integer dot products for it (QuantizedMatMulerA8), x is rounded to
-// int8 with one scale per few values (each value moves by at most 1/254 of the
-// largest magnitude in its aligned block of 8) and multiplied by the packed
-// weights as integers, as llama.cpp multiplies its quantized weights. Anywhere
-// else it is QuantizedMatmul, exactly.
+// with 8-bit activations where that is faster: when x is not traced, w is one
+// matrix of 4 or 8 bits, and the backend has integer dot products for it
+// (QuantizedMatMulerA8) for one row, where x is one row (a decode step), or for
+// many (HasQuantizedA8Rows), x is rounded to int8 with one scale per few values
+// (each value moves by at most 1/254 of the largest magnitude in its aligned block
+// of 8) and multiplied by the packed weights as integers, as llama.cpp multiplies
+// its quantized weights. Every row is rounded alone, so a row's result does not
+// depend on the rows beside it. Anywhere else it is QuantizedMatmul, exactly.
 func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array {
-	if x == nil || !HasQuantizedA8(x.b, bits) || x.err != nil || traced(x, w, scales, biases) || len(w.shape) != 2 ||
-		len(x.shape) < 1 || x.Size() != x.shape[len(x.shape)-1] {
+	if x == nil || x.err != nil || !a8Runs(x, bits) || traced(x, w, scales, biases) || len(w.shape) != 2 {
 		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)
 	}
 	_, k, e := quantShape("quantized_matmul", w, scales, biases, groupSize, bits)
@@ -139,7 +139,7 @@ type QuantizedMatrix struct{ W, Scales, Biases *Array }
 func QuantizedMatmuls(x *Array, ws []QuantizedMatrix, groupSize, bits int, a8 bool) []*Array {
 	ys := make([]*Array, len(ws))
 	if q, ok := multiMatMuler(x); ok && fusesMatmuls(x, ws, groupSize, bits) {
-		a8 = a8 && HasQuantizedA8(x.b, bits) && x.Size() == x.shape[len(x.shape)-1]
+		a8 = a8 && a8Runs(x, bits)
 		outs := make([][]int, len(ws))
 		for i, w := range ws {
 			outs[i] = append(clone(x.shape[:len(x.shape)-1]), w.W.shape[0])
@@ -202,6 +202,25 @@ func fusesMatmuls(x *Array, ws []QuantizedMatrix, groupSize, bits int) bool {
 func ReadsCompactScales(b Backend, bits int) bool {
 	r, ok := b.(CompactScaleReader)
 	return ok && r.ReadsCompactScales(bits)
+}
+
+// a8Runs reports whether x's backend multiplies x's rows by bits-bit weights on
+// integers: one row where it has HasQuantizedA8, more where HasQuantizedA8Rows.
+func a8Runs(x *Array, bits int) bool {
+	if len(x.shape) < 1 {
+		return false
+	}
+	if x.Size() == x.shape[len(x.shape)-1] {
+		return HasQuantizedA8(x.b, bits)
+	}
+	return HasQuantizedA8Rows(x.b, bits)
+}
+
+// HasQuantizedA8Rows reports whether QuantizedMatmulA8 multiplies many rows of x
+// by bits-bit weights on integers on b (a prompt's prefill), not only one.
+func HasQuantizedA8Rows(b Backend, bits int) bool {
+	q, ok := b.(QuantizedMatMulerA8)
+	return ok && q.HasA8Rows(bits)
 }
 
 // HasQuantizedA8 reports whether QuantizedMatmulA8 multiplies bits-bit weights

@@ -32,10 +32,10 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 // split among the cores together. The scales are read at 16 bits only where every
 // matrix holds them compact in one dtype.
 func (be *Backend) QuantizedMatMuls(x *mx.Array, ws []mx.QuantizedMatrix, groupSize, bits int, a8 bool, outs [][]int) ([]mx.Handle, error) {
-	if a8 && !qmm.HasInt8(bits) {
-		return nil, fmt.Errorf("cpu: no integer kernel for %d-bit weights on this CPU", bits)
-	}
 	xs := x.Shape()
+	if rows := x.Size() / max(xs[len(xs)-1], 1); a8 && (rows == 1 && !qmm.HasInt8(bits) || rows > 1 && !qmm.HasInt8Rows(bits)) {
+		return nil, fmt.Errorf("cpu: no integer kernel for %d rows of x and %d-bit weights on this CPU", rows, bits)
+	}
 	q := multiCall{x: h(x).f, k: xs[len(xs)-1], group: groupSize, bits: bits, a8: a8, res: make([][]float32, len(ws))}
 	for i := range ws {
 		q.res[i] = newF(numel(outs[i]))
@@ -93,7 +93,7 @@ func matrices[S qmm.Scales](ws []mx.QuantizedMatrix, scales func(s, b []uint16, 
 // runMulti runs q over ms.
 func runMulti[S qmm.Scales](q multiCall, ms []qmm.Matrix[S]) {
 	if q.a8 {
-		qmm.MatVecTsInt8(q.res, q.x, q.k, ms, q.group, q.bits)
+		qmm.MatMulTsInt8(q.res, q.x, len(q.x)/max(q.k, 1), q.k, ms, q.group, q.bits)
 	} else {
 		qmm.MatMulTs(q.res, q.x, len(q.x)/max(q.k, 1), q.k, ms, q.group, q.bits)
 	}
@@ -152,6 +152,10 @@ func (be *Backend) ReadsCompactScales(bits int) bool { return qmm.ReadsHalfScale
 // mx.QuantizedMatmulA8 for bits-bit weights: 4 bits on x86-64 with AVX2, 8 bits
 // with AVX-512 VNNI.
 func (be *Backend) HasA8(bits int) bool { return qmm.HasInt8(bits) }
+
+// HasA8Rows reports whether this CPU multiplies many rows of x on integers
+// (mx.QuantizedMatmulA8 for a prompt): 4- and 8-bit weights with AVX-512 VNNI.
+func (be *Backend) HasA8Rows(bits int) bool { return qmm.HasInt8Rows(bits) }
 
 // QuantizedMatMulA8 runs qmm's 8-bit-activation kernel (mx.QuantizedMatmulA8 asks
 // HasA8 first): QuantizedMatMuls' product for one matrix.
