@@ -291,31 +291,52 @@ func decodeOnce(b *testing.B, m *Model, n int) time.Duration {
 func BenchmarkPrefill512(b *testing.B) {
 	for _, p := range benchPresets {
 		for _, dt := range benchDTypes {
-			b.Run(p.name+"/"+dt.name, func(b *testing.B) {
-				m := benchModel(b, p.name, p.cfg, dt)
-				machine()
-				prompt := tokenSeq(512, m.cfg.VocabSize, 2)
-				sec := math.Inf(1)
-				b.ResetTimer()
-				for range b.N {
-					start := time.Now()
-					if _, _, err := NewSession(m).Prefill(prompt); err != nil {
-						b.Fatal(err)
-					}
-					sec = min(sec, time.Since(start).Seconds())
-				}
-				cfg := m.cfg
-				const l = 512
-				attn := 2 * int64(cfg.NumAttentionHeads*cfg.Head()) * l * (l + 1) * int64(cfg.NumHiddenLayers) // causal q·kᵀ and p·v
-				flops := 2*matmulParams(cfg)*l + attn + 2*int64(cfg.VocabSize*cfg.HiddenSize)
-				gf := float64(flops) / sec / 1e9
-				reportMachine(b)
-				b.ReportMetric(l/sec, "tok/s")
-				b.ReportMetric(gf, "GFLOP/s")
-				b.ReportMetric(gf/machine().sgemm, "of-sgemm")
-			})
+			b.Run(p.name+"/"+dt.name, func(b *testing.B) { prefill512(b, benchModel(b, p.name, p.cfg, dt)) })
 		}
 	}
+}
+
+// BenchmarkPrefill512Int8 is BenchmarkPrefill512 for the quantized widths, exact
+// and with SetInt8Prefill (8-bit activations, integer products).
+func BenchmarkPrefill512Int8(b *testing.B) {
+	for _, p := range benchPresets {
+		for _, dt := range benchQuantized {
+			for _, int8 := range []bool{false, true} {
+				name := map[bool]string{false: "exact", true: "int8"}[int8]
+				b.Run(fmt.Sprintf("%s/%s/%s", p.name, dt.name, name), func(b *testing.B) {
+					m := benchModel(b, p.name, p.cfg, dt)
+					m.SetInt8Prefill(int8)
+					defer m.SetInt8Prefill(false)
+					prefill512(b, m)
+				})
+			}
+		}
+	}
+}
+
+// prefill512 reports m's prefill of 512 tokens, best of b.N: tokens and model
+// GFLOP a second, and the fraction of this machine's sgemm peak.
+func prefill512(b *testing.B, m *Model) {
+	machine()
+	prompt := tokenSeq(512, m.cfg.VocabSize, 2)
+	sec := math.Inf(1)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if _, _, err := NewSession(m).Prefill(prompt); err != nil {
+			b.Fatal(err)
+		}
+		sec = min(sec, time.Since(start).Seconds())
+	}
+	cfg := m.cfg
+	const l = 512
+	attn := 2 * int64(cfg.NumAttentionHeads*cfg.Head()) * l * (l + 1) * int64(cfg.NumHiddenLayers) // causal q·kᵀ and p·v
+	flops := 2*matmulParams(cfg)*l + attn + 2*int64(cfg.VocabSize*cfg.HiddenSize)
+	gf := float64(flops) / sec / 1e9
+	reportMachine(b)
+	b.ReportMetric(l/sec, "tok/s")
+	b.ReportMetric(gf, "GFLOP/s")
+	b.ReportMetric(gf/machine().sgemm, "of-sgemm")
 }
 
 // fillCache gives every layer n random cached positions, as one frozen part.

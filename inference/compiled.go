@@ -2,7 +2,6 @@ package inference
 
 import (
 	"sync"
-	"sync/atomic"
 
 	mx "github.com/inloop/inloop/mlxbridge"
 )
@@ -72,7 +71,7 @@ type linearSpec struct {
 	in, out         int
 	quantized, bias bool
 	groupSize, bits int
-	int8            bool
+	int8, int8Rows  bool // the model's int8 choices, for one row and for many
 	adapters        int
 	scales          [maxAdapters]float32
 }
@@ -82,7 +81,7 @@ type linearSpec struct {
 func specOf(l *Linear) (s linearSpec, ok bool) {
 	q := l.quantized()
 	s = linearSpec{in: l.In, out: l.Out, quantized: q, bias: l.Bias != nil, groupSize: l.GroupSize, bits: l.Bits,
-		int8: q && l.int8.Load(), adapters: len(l.adapters)}
+		int8: q && l.int8.decode.Load(), int8Rows: q && l.int8.prefill.Load(), adapters: len(l.adapters)}
 	if s.adapters > maxAdapters {
 		return s, false
 	}
@@ -129,8 +128,9 @@ func rebuildAll(specs []linearSpec, in []*mx.Array) ([]*Linear, []*mx.Array) {
 
 // rebuild is a Linear of layout s over the arrays at the front of in, and the rest.
 func (s linearSpec) rebuild(in []*mx.Array) (*Linear, []*mx.Array) {
-	l := &Linear{In: s.in, Out: s.out, Weight: in[0], GroupSize: s.groupSize, Bits: s.bits, int8: new(atomic.Bool)}
-	l.int8.Store(s.int8)
+	l := &Linear{In: s.in, Out: s.out, Weight: in[0], GroupSize: s.groupSize, Bits: s.bits, int8: new(int8Choice)}
+	l.int8.decode.Store(s.int8)
+	l.int8.prefill.Store(s.int8Rows)
 	in = in[1:]
 	if s.quantized {
 		l.Scales, l.Biases, in = in[0], in[1], in[2:]

@@ -43,6 +43,7 @@ type Stats struct {
 	KVBytes          int64         // the cache's size at the end
 	AdapterVersion   uint64        // the model's adapter version the last token was computed with
 	Int8Decode       bool          // decode steps multiplied quantized weights on 8-bit activations (Model.SetInt8Decode)
+	Int8Prefill      bool          // and so did the prompt's prefill (Model.SetInt8Prefill)
 	StopReason       string
 	// LogProb (with GenerateOptions.LogProb) is the sum over the emitted
 	// tokens of log p(token) under the model's own distribution (before temperature and the other sampling
@@ -96,7 +97,7 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 		}
 	}
 	defer func() { st.KVBytes, st.AdapterVersion = sess.cache.Bytes(), sess.version }()
-	st.Int8Decode = sess.m.decodesInt8()
+	st.Int8Decode, st.Int8Prefill = sess.m.decodesInt8(), sess.m.prefillsInt8()
 	if err := sess.m.checkContext(len(prompt)); err != nil {
 		return st, err
 	}

@@ -1,8 +1,6 @@
 package inference
 
 import (
-	"sync/atomic"
-
 	mx "github.com/inloop/inloop/mlxbridge"
 )
 
@@ -23,7 +21,7 @@ type Linear struct {
 
 	GroupSize, Bits int
 
-	int8 *atomic.Bool // decode on 8-bit activations: the model's choice (Model.SetInt8Decode)
+	int8 *int8Choice // products on 8-bit activations: the model's choice (SetInt8Decode, SetInt8Prefill)
 
 	// adapters are the updates of the model's adapter stack for this layer, bottom
 	// first (adapter.go); the model rewrites the list under its write lock.
@@ -35,7 +33,7 @@ func (l *Linear) quantized() bool { return l.Scales != nil }
 // Forward maps x (..., In) to (..., Out).
 func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	var y *mx.Array
-	if l.quantized() && l.int8.Load() {
+	if l.quantized() && l.int8.takes(x) {
 		y = mx.QuantizedMatmulA8(x, l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits)
 	} else if l.quantized() {
 		y = mx.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
@@ -75,7 +73,7 @@ func forwardAll(x *mx.Array, ls ...*Linear) []*mx.Array {
 	for i, l := range ls {
 		ws[i] = mx.QuantizedMatrix{W: l.Weight, Scales: l.Scales, Biases: l.Biases}
 	}
-	for i, y := range mx.QuantizedMatmuls(x, ws, l0.GroupSize, l0.Bits, l0.int8.Load()) {
+	for i, y := range mx.QuantizedMatmuls(x, ws, l0.GroupSize, l0.Bits, l0.int8.takes(x)) {
 		ys[i] = ls[i].finish(y, x)
 	}
 	return ys
@@ -89,8 +87,8 @@ type Embedding struct {
 	Scales, Biases *mx.Array
 	GroupSize      int
 	Bits           int
-	dtype          mx.DType     // of the activations it produces
-	int8           *atomic.Bool // AsLinear decodes on 8-bit activations: the model's choice
+	dtype          mx.DType    // of the activations it produces
+	int8           *int8Choice // AsLinear's products on 8-bit activations: the model's choice
 }
 
 func (e *Embedding) quantized() bool { return e.Scales != nil }
@@ -117,7 +115,7 @@ func (e *Embedding) rowScales(ids *mx.Array) (s, b *mx.Array) {
 // AsLinear uses the table as the output projection of tied models: x (..., Dim)
 // to logits (..., Vocab).
 func (e *Embedding) AsLinear(x *mx.Array) *mx.Array {
-	if e.quantized() && e.int8.Load() {
+	if e.quantized() && e.int8.takes(x) {
 		return mx.QuantizedMatmulA8(x, e.Weight, e.Scales, e.Biases, e.GroupSize, e.Bits)
 	}
 	if e.quantized() {

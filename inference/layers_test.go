@@ -3,7 +3,6 @@ package inference
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"testing"
 
 	mx "github.com/inloop/inloop/mlxbridge"
@@ -17,7 +16,7 @@ func TestForwardAll(t *testing.T) {
 	b := cpu(t)
 	mx.SetDefault(b)
 	const in = 256
-	flag := new(atomic.Bool)
+	flag := new(int8Choice)
 	var ls []*Linear
 	for i, out := range []int{128, 64, 64} {
 		w, s, bi := mx.Quantize(mx.RandomNormal(uint64(10+i), out, in), 64, 4)
@@ -35,7 +34,8 @@ func TestForwardAll(t *testing.T) {
 	for name, set := range map[string][]*Linear{"float32 scales": ls, "bfloat16 scales": half, "with a dense layer": dense} {
 		for _, rows := range []int{1, 3} {
 			for _, a8 := range []bool{false, true} {
-				flag.Store(a8)
+				flag.decode.Store(a8)
+				flag.prefill.Store(a8)
 				x := mx.RandomNormal(uint64(30+rows), 1, rows, in)
 				got := forwardAll(x, set...)
 				for i, l := range set {
@@ -60,5 +60,6 @@ func TestForwardAll(t *testing.T) {
 			}
 		}
 	}
-	flag.Store(false)
+	flag.decode.Store(false)
+	flag.prefill.Store(false)
 }

@@ -66,9 +66,10 @@ type Model struct {
 
 	ad adapterStack // the LoRA adapters over the frozen weights (adapter.go)
 
-	// int8 is SetInt8Decode's choice, shared with the copies made from the model
-	// (WithParams, Fork) and read by every linear layer and the embedding.
-	int8 *atomic.Bool
+	// int8 is SetInt8Decode's and SetInt8Prefill's choices, shared with the copies
+	// made from the model (WithParams, Fork) and read by every linear layer and the
+	// embedding.
+	int8 *int8Choice
 
 	warnings []string
 }
@@ -92,7 +93,7 @@ func build(cfg Config, b mx.Backend, hasHead bool) (*Model, error) {
 		m.layers = append(m.layers, arch.NewBlock(&m.cfg, i))
 	}
 	m.ad.keep, m.ad.history = DefaultAdapterHistory, []*AdapterState{{}}
-	m.shareInt8(new(atomic.Bool))
+	m.shareInt8(new(int8Choice))
 	return m, nil
 }
 
@@ -133,6 +134,9 @@ type LoadOptions struct {
 	// (Model.SetInt8Decode): faster where the backend has integer kernels, for a small
 	// loss of precision. Off, decoding is exact.
 	Int8Decode bool
+	// Int8Prefill does the same for every product of many rows that no gradient
+	// flows through (Model.SetInt8Prefill): a prompt's prefill, scoring.
+	Int8Prefill bool
 }
 
 // DTypeNames are the spellings ParseDType accepts, for help texts.
@@ -213,9 +217,8 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 		m.warnings = append(m.warnings, fmt.Sprintf("%d tensors in %s are not used by %q: %s",
 			len(extra), dir, cfg.ModelType, summarize(quoted, 8)))
 	}
-	if opts.Int8Decode {
-		m.SetInt8Decode(true)
-	}
+	m.SetInt8Decode(opts.Int8Decode)
+	m.SetInt8Prefill(opts.Int8Prefill)
 	return m, nil
 }
 
@@ -278,23 +281,46 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 // integers (mx.QuantizedMatmulA8), as llama.cpp decodes its quantized models:
 // about twice the weights a second where the backend has integer kernels (the
 // cpu backend on x86-64: 4 bits with AVX2, 8 bits with AVX-512 VNNI), for a
-// small loss of precision (TestInt8DecodePerplexity). Prefill, training and
-// scoring, which multiply many rows at once, stay exact (all but a prefill's
-// output projection for its last position, a single row), as does every
-// product on a backend or CPU without such a kernel. The model and every copy
-// made from it (WithParams, Fork: a chat's, a test-time-training step's) share
-// the choice, before the call or after: an open chat switches at its next step.
-func (m *Model) SetInt8Decode(on bool) { m.int8.Store(on) }
+// small loss of precision (TestInt8DecodePerplexity). It covers every product
+// of one row (a prefill's output projection for its last position too); many
+// rows at once are SetInt8Prefill's choice, and training, whose gradients flow
+// through the products, stays exact, as does every product on a backend or CPU
+// without such a kernel. The model and every copy made from it (WithParams,
+// Fork: a chat's, a test-time-training step's) share the choice, before the
+// call or after: an open chat switches at its next step.
+func (m *Model) SetInt8Decode(on bool) { m.int8.decode.Store(on) }
 
-// shareInt8 makes flag m's choice and every linear layer's and the embedding's.
-func (m *Model) shareInt8(flag *atomic.Bool) {
-	m.int8 = flag
+// SetInt8Prefill is SetInt8Decode for products of many rows no gradient flows
+// through: a prompt's prefill, and scoring (a decision's options, a validation
+// loss). Each row is rounded alone, as a decode step's row is, so a position's
+// result does not depend on the rows beside it. Where the backend has kernels
+// for many rows (the cpu backend with AVX-512 VNNI: twice dequantized sgemm's
+// speed on Qwen3-0.6B's products, BenchmarkMatMulTInt8) a prompt reads that
+// much faster, for the same kind of loss as decoding's
+// (TestInt8PrefillPerplexity). Shared as SetInt8Decode's choice is.
+func (m *Model) SetInt8Prefill(on bool) { m.int8.prefill.Store(on) }
+
+// int8Choice is a model's choices of products on 8-bit activations, for one row
+// (SetInt8Decode) and for many (SetInt8Prefill).
+type int8Choice struct{ decode, prefill atomic.Bool }
+
+// takes reports whether a product of x is chosen to take 8-bit activations.
+func (c *int8Choice) takes(x *mx.Array) bool {
+	if x.Ndim() > 0 && x.Size() != x.Dim(x.Ndim()-1) {
+		return c.prefill.Load()
+	}
+	return c.decode.Load()
+}
+
+// shareInt8 makes c m's choice and every linear layer's and the embedding's.
+func (m *Model) shareInt8(c *int8Choice) {
+	m.int8 = c
 	_ = m.forEachModule(func(_ string, mod any) error {
 		switch l := mod.(type) {
 		case *Linear:
-			l.int8 = flag
+			l.int8 = c
 		case *Embedding:
-			l.int8 = flag
+			l.int8 = c
 		}
 		return nil
 	})
@@ -303,16 +329,24 @@ func (m *Model) shareInt8(flag *atomic.Bool) {
 // decodesInt8 reports whether a decode step takes the integer kernels: the
 // choice is on and some quantized layer has bits the backend multiplies so.
 func (m *Model) decodesInt8() bool {
-	if !m.int8.Load() {
-		return false
-	}
+	return m.int8.decode.Load() && m.hasA8(mx.HasQuantizedA8)
+}
+
+// prefillsInt8 is decodesInt8 for a prompt's many rows.
+func (m *Model) prefillsInt8() bool {
+	return m.int8.prefill.Load() && m.hasA8(mx.HasQuantizedA8Rows)
+}
+
+// hasA8 reports whether has holds on m's backend for the bits of some quantized
+// layer: a linear one, or the embedding where it is the output projection.
+func (m *Model) hasA8(has func(mx.Backend, int) bool) bool {
 	found := false
 	_ = m.forEachModule(func(_ string, mod any) error {
 		switch l := mod.(type) {
 		case *Linear:
-			found = found || l.quantized() && mx.HasQuantizedA8(m.b, l.Bits)
+			found = found || l.quantized() && has(m.b, l.Bits)
 		case *Embedding:
-			found = found || m.LMHead == nil && l.quantized() && mx.HasQuantizedA8(m.b, l.Bits)
+			found = found || m.LMHead == nil && l.quantized() && has(m.b, l.Bits)
 		}
 		return nil
 	})
@@ -320,7 +354,10 @@ func (m *Model) decodesInt8() bool {
 }
 
 // Int8Decode reports SetInt8Decode's choice.
-func (m *Model) Int8Decode() bool { return m.int8.Load() }
+func (m *Model) Int8Decode() bool { return m.int8.decode.Load() }
+
+// Int8Prefill reports SetInt8Prefill's choice.
+func (m *Model) Int8Prefill() bool { return m.int8.prefill.Load() }
 
 // keptCompact reports whether a checkpoint tensor of ndim dimensions is what a
 // float32 load on b keeps compact: a weight matrix (a linear layer's or an embedding
