@@ -118,6 +118,7 @@ type wsFlags struct {
 	dataDir, backend *string
 	dtype            *string // nil: the command has no --dtype (see addDTypeFlag)
 	int8Decode       *bool   // with dtype
+	int8Prefill      *bool   // with dtype
 }
 
 func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
@@ -131,6 +132,7 @@ func addWorkspaceFlags(fs *flag.FlagSet) wsFlags {
 func (f *wsFlags) addDTypeFlag(fs *flag.FlagSet) {
 	f.dtype = fs.String("dtype", "float32", "type to load the model and compute in: "+inference.DTypeNames+"; auto computes as mlx-lm does")
 	f.int8Decode = fs.Bool("int8-decode", false, "decode 4- and 8-bit models on activations rounded to 8 bits, with integer dot products as llama.cpp does: faster on x86-64 CPUs (cpu backend), not exact (off: decoding matches mlx-lm's)")
+	f.int8Prefill = fs.Bool("int8-prefill", false, "read prompts of 4- and 8-bit models on activations rounded to 8 bits, with integer dot products: faster on x86-64 CPUs with AVX-512 VNNI (cpu backend), not exact (off: prefill matches mlx-lm's)")
 }
 
 func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
@@ -140,7 +142,7 @@ func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
 			return nil, fmt.Errorf("--dtype %q: want %s", *f.dtype, inference.DTypeNames)
 		}
 		opt.DType = *f.dtype
-		opt.Int8Decode = *f.int8Decode
+		opt.Int8Decode, opt.Int8Prefill = *f.int8Decode, *f.int8Prefill
 	}
 	return Open(ctx, opt)
 }
@@ -171,6 +173,11 @@ func doctor(e *env, args []string) error {
 		fmt.Fprintln(stdout, "--int8-decode: runs here (4- and 8-bit models decode on integer dot products)")
 	} else {
 		fmt.Fprintln(stdout, "--int8-decode: no integer kernels on this backend; decoding stays exact")
+	}
+	if mx.HasQuantizedA8Rows(b, 4) {
+		fmt.Fprintln(stdout, "--int8-prefill: runs here (4- and 8-bit models read prompts on integer dot products)")
+	} else {
+		fmt.Fprintln(stdout, "--int8-prefill: no integer kernels for many rows on this backend; prompts are read exactly")
 	}
 	// A tiny real computation with a known answer and a gradient, so a broken BLAS
 	// or backend shows up here rather than as a strange training curve.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -122,5 +123,58 @@ func TestInt8DecodeFlag(t *testing.T) {
 	w.SetInt8Decode(false)
 	if m.Int8Decode() || fork.Int8Decode() || w.Int8Decode() {
 		t.Errorf("SetInt8Decode(false) left a loaded model (%v) or an open chat's copy of it (%v) on 8-bit activations", m.Int8Decode(), fork.Int8Decode())
+	}
+}
+
+// --int8-prefill reaches generate, whose stats line says the prompt was read on
+// 8-bit activations where the backend can (and not otherwise, nor without the
+// flag); the Workspace loads models with the choice, SetDType keeps it, and
+// SetInt8Prefill switches loaded models and open chats' copies, leaving the decode
+// choice alone.
+func TestInt8PrefillFlag(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "demo-q4")
+	if _, err := inference.QuantizeModel(inferencetest.Demo(t), dir, 4, 64); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	b, _ := mx.Open("cpu")
+	for _, flag := range []bool{true, false} {
+		args := []string{"generate", "--prompt", "hello there, how are you", "--max-tokens", "3", "--temp", "0", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}
+		if flag {
+			args = append(args, "--int8-prefill")
+		}
+		var out, errb bytes.Buffer
+		if code := Run(ctx, args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("generate --int8-prefill=%v exited %d: %s", flag, code, errb.String())
+		}
+		said := regexp.MustCompile(`prefill [0-9.]+ tok/s \(int8\)`).MatchString(errb.String())
+		if want := flag && mx.HasQuantizedA8Rows(b, 4); said != want {
+			t.Errorf("generate --int8-prefill=%v: the stats line says int8 prefill %v, want %v:\n%s", flag, said, want, errb.String())
+		}
+	}
+	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Prefill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	m, _, err := w.SharedModel(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Int8Prefill() || !w.Int8Prefill() || m.Int8Decode() {
+		t.Errorf("opened with Int8Prefill: the model says %v (decode %v), the workspace %v", m.Int8Prefill(), m.Int8Decode(), w.Int8Prefill())
+	}
+	if err := w.SetDType("bfloat16"); err != nil {
+		t.Fatal(err)
+	}
+	m, _, _ = w.SharedModel(ctx, dir)
+	if !m.Int8Prefill() {
+		t.Error("SetDType dropped Int8Prefill")
+	}
+	fork := m.Fork()
+	w.SetInt8Prefill(false)
+	if m.Int8Prefill() || fork.Int8Prefill() || w.Int8Prefill() {
+		t.Errorf("SetInt8Prefill(false) left a loaded model (%v) or an open chat's copy (%v) on 8-bit activations", m.Int8Prefill(), fork.Int8Prefill())
 	}
 }

@@ -146,7 +146,8 @@ func (w *Workspace) SetDType(dtype string) error {
 	}
 	w.loadMu.Lock()
 	defer w.loadMu.Unlock()
-	load.Int8Decode = w.loadOpts.Load().Int8Decode
+	old := w.loadOpts.Load()
+	load.Int8Decode, load.Int8Prefill = old.Int8Decode, old.Int8Prefill
 	w.loadOpts.Store(&load)
 	clear(w.loaded)
 	return nil
@@ -172,6 +173,30 @@ func (w *Workspace) SetInt8Decode(on bool) {
 	w.loadOpts.Store(&load)
 	for _, m := range w.loaded {
 		m.SetInt8Decode(on)
+	}
+}
+
+// Int8Prefill reports whether prompts of 4- and 8-bit models are read on 8-bit
+// activations (Options.Int8Prefill).
+func (w *Workspace) Int8Prefill() bool { return w.loadOpts.Load().Int8Prefill }
+
+// Int8PrefillRuns reports whether that choice changes anything here: whether the
+// backend multiplies many rows of 4-bit weights on integers (the cpu backend with
+// AVX-512 VNNI; elsewhere prompts are read exactly).
+func (w *Workspace) Int8PrefillRuns() bool { return mx.HasQuantizedA8Rows(w.Backend, 4) }
+
+// SetInt8Prefill chooses whether prompts of 4- and 8-bit models are read on 8-bit
+// activations from now on (Options.Int8Prefill), as SetInt8Decode chooses for
+// their decode steps: every product of many rows no gradient flows through, so a
+// decision's scoring too. Loaded models and open chats switch at their next call.
+func (w *Workspace) SetInt8Prefill(on bool) {
+	w.loadMu.Lock()
+	defer w.loadMu.Unlock()
+	load := *w.loadOpts.Load()
+	load.Int8Prefill = on
+	w.loadOpts.Store(&load)
+	for _, m := range w.loaded {
+		m.SetInt8Prefill(on)
 	}
 }
 

@@ -28,6 +28,9 @@ type Options struct {
 	// Int8Decode decodes 4- and 8-bit models on 8-bit activations
 	// (inference.LoadOptions.Int8Decode); SetInt8Decode changes it.
 	Int8Decode bool
+	// Int8Prefill reads prompts of 4- and 8-bit models on 8-bit activations
+	// (inference.LoadOptions.Int8Prefill); SetInt8Prefill changes it.
+	Int8Prefill bool
 }
 
 // Workspace is the one API the command line, the window and the adaptation loops
@@ -70,7 +73,7 @@ func Open(ctx context.Context, opt Options) (*Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	load.Int8Decode = opt.Int8Decode
+	load.Int8Decode, load.Int8Prefill = opt.Int8Decode, opt.Int8Prefill
 	name := opt.Backend
 	if name == "" {
 		name = "auto"

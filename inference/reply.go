@@ -228,11 +228,14 @@ func (s *stopText) emit(text string) {
 
 // String is the one-line summary the CLI prints after a reply.
 func (st Stats) String() string {
-	int8 := ""
+	int8, int8p := "", ""
 	if st.Int8Decode {
 		int8 = " (int8)"
 	}
-	return fmt.Sprintf("[%d prompt tokens (%d reused), %d generated, first token %d ms, prefill %.1f tok/s, decode %.1f tok/s%s, KV cache %.1f MiB, peak %.0f MiB, %s]",
-		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, st.DecodeTPS, int8,
+	if st.Int8Prefill {
+		int8p = " (int8)"
+	}
+	return fmt.Sprintf("[%d prompt tokens (%d reused), %d generated, first token %d ms, prefill %.1f tok/s%s, decode %.1f tok/s%s, KV cache %.1f MiB, peak %.0f MiB, %s]",
+		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, int8p, st.DecodeTPS, int8,
 		float64(st.KVBytes)/(1<<20), float64(st.PeakMemory)/(1<<20), st.StopReason)
 }

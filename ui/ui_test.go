@@ -401,6 +401,39 @@ func TestChatInt8DecodeChoice(t *testing.T) {
 	if on, off := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Decode: true}), replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50}); !strings.Contains(on, "8-bit activations") || strings.Contains(off, "8-bit") {
 		t.Errorf("reply lines %q (int8) and %q (exact)", on, off)
 	}
+	if on := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Prefill: true}); !strings.Contains(on, "prompt on 8-bit activations") {
+		t.Errorf("reply line %q (int8 prefill) does not say so", on)
+	}
+}
+
+// The prompt's 8-bit-activation choice is the workspace's too, apart from the
+// decode choice; where the backend has no many-row integer kernels the box is
+// disabled and says why.
+func TestChatInt8PrefillChoice(t *testing.T) {
+	u, _ := openUI(t, t.TempDir())
+	c := u.chat
+	test.NewTempWindow(t, c.content)
+	if !u.ws.Int8PrefillRuns() {
+		if !c.int8Prefill.Disabled() || !strings.Contains(c.int8Prefill.Text, "lacks") {
+			t.Fatalf("no integer kernels here, yet the box is enabled or silent: %q", c.int8Prefill.Text)
+		}
+		return
+	}
+	if c.int8Prefill.Checked || u.ws.Int8Prefill() {
+		t.Fatal("8-bit prompts are on by default")
+	}
+	before := c.session
+	locked(u, func() { c.int8Prefill.SetChecked(true) })
+	if !u.ws.Int8Prefill() || u.ws.Int8Decode() {
+		t.Errorf("ticking the box: the workspace's prefill choice %v, decode %v", u.ws.Int8Prefill(), u.ws.Int8Decode())
+	}
+	if c.session != before {
+		t.Error("ticking the box started a new chat")
+	}
+	locked(u, func() { c.int8Prefill.SetChecked(false) })
+	if u.ws.Int8Prefill() {
+		t.Error("unticking the box left 8-bit prompts on")
+	}
 }
 
 // The Train screen's estimate says when memory is short enough that blocks will be
