@@ -105,10 +105,11 @@ func Dequantize(w, scales, biases *Array, groupSize, bits int) *Array {
 // matrix of 4 or 8 bits, and the backend has integer dot products for it
 // (QuantizedMatMulerA8) for one row, where x is one row (a decode step), or for
 // many (HasQuantizedA8Rows), x is rounded to int8 with one scale per few values
-// (each value moves by at most 1/254 of the largest magnitude in its aligned block
-// of 8) and multiplied by the packed weights as integers, as llama.cpp multiplies
-// its quantized weights. Every row is rounded alone, so a row's result does not
-// depend on the rows beside it. Anywhere else it is QuantizedMatmul, exactly.
+// (each value moves by at most 1/254 of the largest magnitude in its aligned block:
+// of 8 values for one row, of 32 for many, as llama.cpp's Q8_0) and multiplied by
+// the packed weights as integers, as llama.cpp multiplies its quantized weights.
+// Every row is rounded alone, so a row's result does not depend on the rows beside
+// it. Anywhere else it is QuantizedMatmul, exactly.
 func QuantizedMatmulA8(x, w, scales, biases *Array, groupSize, bits int) *Array {
 	if x == nil || x.err != nil || !a8Runs(x, bits) || traced(x, w, scales, biases) || len(w.shape) != 2 {
 		return QuantizedMatmul(x, w, scales, biases, true, groupSize, bits)

@@ -7,13 +7,36 @@ import (
 	"testing"
 )
 
-// TestMatMulTsInt8 checks prefill's integer product row by row against decoding's, which
-// TestMatVecTInt8 checks against float64 arithmetic and the exact product: for every row of
-// x, the many-row kernel's result must be the one-row kernel's, bit for bit (the same integer
-// sums, scaled and added in the same order). The shapes cover partial final chunks (K = 576
-// at 4 bits), rows of W past a multiple of four, rows of x past a multiple of four and past
-// one block of 64, float32, bfloat16 and float16 scales, every group size, 4 and 8 bits, and
-// two matrices in one call; an outlier channel sits in every row of x.
+// roundedX32 is qmm_prepare_x_q8's rounding of x, in Go: per block of 32 values, the scale
+// max|x|/127 and the values round(x*127/max) as int8, in float32 as the C code does.
+func roundedX32(x []float32) (xq []int8, scale []float32) {
+	xq, scale = make([]int8, len(x)), make([]float32, len(x))
+	for k0 := 0; k0 < len(x); k0 += 32 {
+		var amax float32
+		for k := k0; k < k0+32; k++ {
+			amax = max(amax, float32(math.Abs(float64(x[k]))))
+		}
+		var inv float32
+		if amax > 0 {
+			inv = 127 / amax
+		}
+		for k := k0; k < k0+32; k++ {
+			xq[k] = int8(max(-127, min(127, math.RoundToEven(float64(x[k]*inv)))))
+			scale[k] = amax / 127
+		}
+	}
+	return xq, scale
+}
+
+// TestMatMulTsInt8 checks prefill's integer product two ways, as TestMatVecTInt8 checks
+// decoding's: against the same arithmetic in float64 (x rounded per block of 32 as the kernel
+// rounds it, so any slip in the panel layout, the scales or the bias term shows at float32
+// precision), and against the exact product within the bound the rounding allows (half a
+// block scale per value, times |scale*q|). It also checks that rows are rounded alone: rows
+// 3..9 of a call give the same bits as those 7 rows by themselves. The shapes cover panels
+// of fewer than 16 rows, rows of x past a multiple of 8, float32, bfloat16 and float16
+// scales, every group size, 4 and 8 bits, and two matrices in one call; an outlier channel
+// sits in every row of x.
 func TestMatMulTsInt8(t *testing.T) {
 	if !HasInt8Rows(4) {
 		t.Skip("no many-row integer kernel on this CPU (it needs AVX-512 VNNI)")
@@ -21,28 +44,53 @@ func TestMatMulTsInt8(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 12))
 	for _, bits := range []int{4, 8} {
 		for _, group := range []int{32, 64, 128} {
-			for _, c := range []struct{ M, N, K int }{{2, 5, 128}, {7, 4, 576}, {70, 37, 1152}, {9, 130, 384}, {131, 8, 1088}} {
+			for _, c := range []struct{ M, N, K int }{{2, 5, 128}, {10, 4, 576}, {70, 37, 1152}, {9, 130, 384}, {19, 16, 1088}} {
 				if c.K%group != 0 {
 					continue
 				}
 				for _, width := range []string{"f32", "bf16", "f16"} {
 					name := fmt.Sprintf("bits=%d/group=%d/%dx%dx%d/%s", bits, group, c.M, c.N, c.K, width)
-					w1, w2 := randomWeights(rng, c.N, c.K, group, bits), randomWeights(rng, c.N+3, c.K, group, bits)
+					ws := []*qweights{randomWeights(rng, c.N, c.K, group, bits), randomWeights(rng, c.N+3, c.K, group, bits)}
 					x := randomFloats(rng, c.M*c.K)
 					for m := range c.M {
 						x[m*c.K+rng.IntN(c.K)] = 30 * float32(m%3-1)
 					}
 					got := [][]float32{make([]float32, c.M*c.N), make([]float32, c.M*(c.N+3))}
-					want := [][]float32{make([]float32, c.M*c.N), make([]float32, c.M*(c.N+3))}
-					if !int8Product(width, got, x, c.M, c.K, []*qweights{w1, w2}, group, bits) {
+					if !int8Product(width, got, x, c.M, c.K, ws, group, bits) {
 						t.Fatalf("%s: kernel did not run", name)
 					}
-					for m := range c.M {
-						row := [][]float32{want[0][m*c.N : (m+1)*c.N], want[1][m*(c.N+3) : (m+1)*(c.N+3)]}
-						int8Product(width, row, x[m*c.K:(m+1)*c.K], 1, c.K, []*qweights{w1, w2}, group, bits)
+					for i, w := range ws {
+						N := w.N
+						same, sameMag := make([]float64, c.M*N), make([]float64, c.M*N)
+						for m := range c.M {
+							xm := x[m*c.K : (m+1)*c.K]
+							xq, xs := roundedX32(xm)
+							for n := range N {
+								var exact, bound, mag float64
+								o := m*N + n
+								for k := range c.K {
+									g := n*(c.K/group) + k/group
+									sq := float64(w.scales[g]) * w.q(n, k)
+									xr := float64(xs[k]) * float64(xq[k])
+									same[o] += sq*xr + float64(w.biases[g])*float64(xm[k])
+									sameMag[o] += math.Abs(sq*xr) + math.Abs(float64(w.biases[g])*float64(xm[k]))
+									exact += w.deq[n*c.K+k] * float64(xm[k])
+									mag += math.Abs(w.deq[n*c.K+k] * float64(xm[k]))
+									bound += math.Abs(sq) * float64(xs[k]) / 2
+								}
+								if d := math.Abs(float64(got[i][o]) - exact); d > bound*(1+1e-6)+1e-5*mag {
+									t.Fatalf("%s: matrix %d out[%d][%d] = %g, exact %g: |diff| %g past the rounding bound %g", name, i, m, n, got[i][o], exact, d, bound)
+								}
+							}
+						}
+						checkClose(t, fmt.Sprintf("%s/matrix %d", name, i), got[i], same, sameMag)
 					}
-					sameBits(t, name+"/first", got[0], want[0])
-					sameBits(t, name+"/second", got[1], want[1])
+					if c.M >= 10 {
+						part := [][]float32{make([]float32, 7*c.N), make([]float32, 7*(c.N+3))}
+						int8Product(width, part, x[3*c.K:10*c.K], 7, c.K, ws, group, bits)
+						sameBits(t, name+"/rows 3..9 alone", part[0], got[0][3*c.N:10*c.N])
+						sameBits(t, name+"/rows 3..9 alone, second matrix", part[1], got[1][3*(c.N+3):10*(c.N+3)])
+					}
 				}
 			}
 		}
@@ -50,8 +98,8 @@ func TestMatMulTsInt8(t *testing.T) {
 }
 
 // int8Product is MatMulTsInt8 over ws with their scales and biases as float32 or at a 16-bit
-// width (which rounds the qweights' own copies to it first, so every width is given the same
-// values each time).
+// width (which rounds the qweights' own copies to it first, and their dequantized reference
+// with them, so every width is given the same values each time and checked against them).
 func int8Product(width string, outs [][]float32, x []float32, M, K int, ws []*qweights, group, bits int) bool {
 	switch width {
 	case "f32":
@@ -64,6 +112,7 @@ func int8Product(width string, outs [][]float32, x []float32, M, K int, ws []*qw
 		ms := make([]Matrix[BF16], len(ws))
 		for i, w := range ws {
 			h := halfScales(w, false)
+			w.redequantize()
 			ms[i] = Matrix[BF16]{w.packed, BF16(h.s), BF16(h.b), w.N}
 		}
 		return MatMulTsInt8(outs, x, M, K, ms, group, bits)
@@ -71,6 +120,7 @@ func int8Product(width string, outs [][]float32, x []float32, M, K int, ws []*qw
 	ms := make([]Matrix[F16], len(ws))
 	for i, w := range ws {
 		h := halfScales(w, true)
+		w.redequantize()
 		ms[i] = Matrix[F16]{w.packed, F16(h.s), F16(h.b), w.N}
 	}
 	return MatMulTsInt8(outs, x, M, K, ms, group, bits)
@@ -138,6 +188,17 @@ func BenchmarkMatMulTInt8(b *testing.B) {
 					b.ReportMetric(2*float64(M*N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				})
 			}
+		}
+	}
+}
+
+// redequantize recomputes w's reference from its scales and biases, scale*q + bias in float64.
+func (w *qweights) redequantize() {
+	G := w.K / w.group
+	for n := range w.N {
+		for k := range w.K {
+			g := n*G + k/w.group
+			w.deq[n*w.K+k] = float64(w.scales[g])*w.q(n, k) + float64(w.biases[g])
 		}
 	}
 }

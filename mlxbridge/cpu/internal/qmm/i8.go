@@ -105,15 +105,29 @@ func MatVecTsInt8[S Scales](outs [][]float32, x []float32, K int, ws []Matrix[S]
 }
 
 // HasInt8Rows reports whether MatMulTsInt8 multiplies more than one row of x on integers on
-// this CPU: with AVX-512 VNNI, for 4- and 8-bit weights. (On AVX2 alone the integer kernel
-// works one row at a time, and prefill's dequantized sgemm is faster than that.)
-func HasInt8Rows(bits int) bool { return (bits == 4 || bits == 8) && useVNNI() == 1 }
+// this CPU: with AVX-512 VNNI (and BMI2, which every such CPU has), for 4- and 8-bit weights.
+// (On AVX2 alone the integer kernel works one row at a time, and prefill's dequantized sgemm
+// is faster than that.)
+func HasInt8Rows(bits int) bool { return (bits == 4 || bits == 8) && simdLevel() >= 2 && gemmI8() }
 
-// MatMulTsInt8 is MatVecTsInt8 for M rows of x (M, K), outs[i] getting (M, ws[i].N): each row
-// rounded to 8 bits as MatVecTsInt8 rounds its one, and each row's result bit for bit the one
-// MatVecTsInt8 gives that row, from integer products of many rows at once (prefill). It
-// returns false, doing nothing, where HasInt8Rows(bits) is false and M > 1 (or, for one row,
-// where HasInt8 is false).
+var gemmI8 = sync.OnceValue(func() bool { return C.qmm_cpu_gemm_i8() != 0 })
+
+// q8Scratch holds a many-row call's rounded activations.
+type q8Scratch struct {
+	xq       []int8
+	xs, xsum []float32
+}
+
+var q8Pool sync.Pool
+
+// MatMulTsInt8 is MatVecTsInt8 for M rows of x (M, K), outs[i] getting (M, ws[i].N), as
+// llama.cpp multiplies its quantized weights by many rows (a prompt): each row rounded to 8
+// bits with one scale per block of 32 values (each value moves by at most half its block's
+// scale), multiplied by the weights as integers, and the bias term bias·Σx on the unrounded
+// x. Each row is rounded alone, so a row's result does not depend on the other rows of the
+// call. One row is MatVecTsInt8's (finer: a scale per 32/bits values). It returns false,
+// doing nothing, where the CPU has no kernel for the call (HasInt8Rows for M > 1, HasInt8
+// for one row).
 func MatMulTsInt8[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix[S], groupSize, bits int) bool {
 	if M == 1 {
 		return MatVecTsInt8(outs, x, K, ws, groupSize, bits)
@@ -129,19 +143,32 @@ func MatMulTsInt8[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix
 	if M == 0 || total == 0 {
 		return true
 	}
-	g := K / groupSize
-	s := getI8Scratch(M, K, g, bits)
-	defer i8Pool.Put(s)
-	xqLen, xslLen := i8Lens(K, bits)
+	G, NB := K/groupSize, K/32
+	s, _ := q8Pool.Get().(*q8Scratch)
+	if s == nil {
+		s = &q8Scratch{}
+	}
+	defer q8Pool.Put(s)
+	if cap(s.xq) < M*K {
+		s.xq = make([]int8, M*K)
+	}
+	if cap(s.xs) < M*NB {
+		s.xs = make([]float32, M*NB)
+	}
+	if cap(s.xsum) < M*G {
+		s.xsum = make([]float32, M*G)
+	}
 	parallel(M, 1, 8*K, func(lo, hi int) {
 		for m := lo; m < hi; m++ {
-			C.qmm_prepare_x_i8(&all[0].c, (*C.float)(&x[m*K]), (*C.int8_t)(unsafe.Pointer(&s.xq[m*xqLen])),
-				(*C.float)(&s.xsl[m*xslLen]), (*C.float)(&s.xsum[m*g]))
+			C.qmm_prepare_x_q8((*C.float)(&x[m*K]), C.int(K), C.int(groupSize), (*C.int8_t)(unsafe.Pointer(&s.xq[m*K])),
+				(*C.float)(&s.xs[m*NB]), (*C.float)(&s.xsum[m*G]))
 		}
 	})
-	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
+	xq, xs, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xs[0]), (*C.float)(&s.xsum[0])
 	eachRange(all, M*K*bits/8, func(w *weights, i, n0, n1 int) {
-		C.qmm_gemm_t_i8(&w.c, xq, xsl, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), C.int(w.N))
+		if C.qmm_gemm_t_i8(&w.c, xq, xs, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), C.int(w.N)) != 0 {
+			panic("qmm.MatMulTsInt8: out of memory for a panel of W")
+		}
 	})
 	return true
 }

@@ -54,11 +54,16 @@ void qmm_prepare_x_i8(const qmm_w *w, const float *x, int8_t *xq, float *xsl, fl
 void qmm_gemv_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum,
                    int n0, int n1, float *out, int vnni);
 
-// Prefill's form (gemm_i8.c, AVX-512 VNNI only): out[m*ldo + n] = w_n . x_m for m < M and n
-// in [n0, n1), the M rows of x each prepared by qmm_prepare_x_i8 one after another (row
-// strides as it writes them). Each row's result is the one qmm_gemv_t_i8 gives it, bit for bit.
-void qmm_gemm_t_i8(const qmm_w *w, const int8_t *xq, const float *xsl, const float *xsum, int M, int n0,
-                   int n1, float *out, int ldo);
+// Prefill's product on 8-bit activations (gemm_i8.c; AVX-512 VNNI and BMI2, where
+// qmm_cpu_gemm_i8 says so), for 4- and 8-bit W. qmm_prepare_x_q8 rounds one row x (K values, a
+// multiple of 32) to int8 per block of 32: xq gets K bytes, xs K/32 scales, xsum K/gs sums.
+// qmm_gemm_t_i8 sets out[m*ldo + n] = w_n . x_m for m < M and n in [n0, n1), the M rows of x
+// prepared one after another; it returns -1 (doing nothing) where it cannot allocate its
+// panel, else 0.
+int qmm_cpu_gemm_i8(void);
+void qmm_prepare_x_q8(const float *x, int K, int gs, int8_t *xq, float *xs, float *xsum);
+int qmm_gemm_t_i8(const qmm_w *w, const int8_t *xq, const float *xs, const float *xsum, int M, int n0,
+                  int n1, float *out, int ldo);
 
 // Whether decoding's kernels (qmm_gemv_t with one row of x, and the VNNI form of
 // qmm_gemv_t_i8) read 16-bit scales in their own loops on this CPU, for 2-, 4- and 8-bit
