@@ -294,7 +294,7 @@ func (m *Model) SetInt8Decode(on bool) { m.int8.decode.Store(on) }
 // through: a prompt's prefill, and scoring (a decision's options, a validation
 // loss). Each row is rounded alone, as a decode step's row is, so a position's
 // result does not depend on the rows beside it. Where the backend has kernels
-// for many rows (the cpu backend with AVX-512 VNNI: twice dequantized sgemm's
+// for many rows (the cpu backend with AVX-512 VNNI: two to three times dequantized sgemm's
 // speed on Qwen3-0.6B's products, BenchmarkMatMulTInt8) a prompt reads that
 // much faster, for the same kind of loss as decoding's
 // (TestInt8PrefillPerplexity). Shared as SetInt8Decode's choice is.

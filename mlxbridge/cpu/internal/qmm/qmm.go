@@ -9,7 +9,11 @@
 // chosen at run time, for 2, 4 and 8 bits; portable C written for the compiler to vectorize
 // (NEON on arm64) for those and every other width. Prefill and training (M large) are compute
 // bound: tiles of W are dequantized into a scratch buffer and multiplied by package blas's
-// sgemm (OpenBLAS, Accelerate on macOS), so they run near sgemm speed.
+// sgemm (OpenBLAS, Accelerate on macOS), so they run near sgemm speed. Where the caller
+// accepts 8-bit activations (MatVecTsInt8 for a decode step, MatMulTsInt8 for many rows:
+// int8.c, vnni.c, gemm_i8.c), x is rounded to int8 and multiplied by the packed weights
+// with integer dot products, as llama.cpp multiplies its quantized weights: for many rows on
+// AVX-512 VNNI, two to three times dequantized sgemm's speed (BenchmarkMatMulTInt8).
 //
 // The same two regimes serve a W held in 16-bit floats, a bfloat16 or float16 checkpoint's
 // own width (half.go), and decoding's product with a float32 W (MatVecT, rows.c): one
