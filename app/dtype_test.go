@@ -100,30 +100,7 @@ func TestInt8DecodeFlag(t *testing.T) {
 	if code := Run(ctx, []string{"generate", "--prompt", "hello", "--max-tokens", "3", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}, strings.NewReader(""), &out, &errb); code != 0 || strings.Contains(errb.String(), "(int8)") {
 		t.Errorf("generate without --int8-decode: exit %d, stats %s", code, errb.String())
 	}
-	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Decode: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	m, _, err := w.SharedModel(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !m.Int8Decode() || !w.Int8Decode() {
-		t.Errorf("opened with Int8Decode: the model says %v, the workspace %v", m.Int8Decode(), w.Int8Decode())
-	}
-	if err := w.SetDType("bfloat16"); err != nil {
-		t.Fatal(err)
-	}
-	if m, _, _ := w.SharedModel(ctx, dir); !m.Int8Decode() {
-		t.Error("SetDType dropped Int8Decode")
-	}
-	m, _, _ = w.SharedModel(ctx, dir)
-	fork := m.Fork() // as an open chat holds
-	w.SetInt8Decode(false)
-	if m.Int8Decode() || fork.Int8Decode() || w.Int8Decode() {
-		t.Errorf("SetInt8Decode(false) left a loaded model (%v) or an open chat's copy of it (%v) on 8-bit activations", m.Int8Decode(), fork.Int8Decode())
-	}
+	workspaceInt8(t, dataDir, dir, Options{Int8Decode: true}, (*inference.Model).Int8Decode, (*Workspace).Int8Decode, (*Workspace).SetInt8Decode)
 }
 
 // --int8-prefill reaches generate, whose stats line says the prompt was read on
@@ -153,7 +130,25 @@ func TestInt8PrefillFlag(t *testing.T) {
 			t.Errorf("generate --int8-prefill=%v: the stats line says int8 prefill %v, want %v:\n%s", flag, said, want, errb.String())
 		}
 	}
+	workspaceInt8(t, dataDir, dir, Options{Int8Prefill: true}, (*inference.Model).Int8Prefill, (*Workspace).Int8Prefill, (*Workspace).SetInt8Prefill)
 	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Prefill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if m, _, err := w.SharedModel(ctx, dir); err != nil || m.Int8Decode() {
+		t.Errorf("opened with Int8Prefill alone, the model decodes on 8-bit activations (%v)", err)
+	}
+}
+
+// workspaceInt8 checks one 8-bit-activation choice of a Workspace opened with it
+// on (opt): the models it loads have it (on) and so does it (wsOn); SetDType keeps
+// it; set(false) clears it on a loaded model and on an open chat's copy of it.
+func workspaceInt8(t *testing.T, dataDir, dir string, opt Options, on func(*inference.Model) bool, wsOn func(*Workspace) bool, set func(*Workspace, bool)) {
+	t.Helper()
+	ctx := context.Background()
+	opt.DataDir, opt.Backend = dataDir, "cpu"
+	w, err := Open(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,19 +157,19 @@ func TestInt8PrefillFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !m.Int8Prefill() || !w.Int8Prefill() || m.Int8Decode() {
-		t.Errorf("opened with Int8Prefill: the model says %v (decode %v), the workspace %v", m.Int8Prefill(), m.Int8Decode(), w.Int8Prefill())
+	if !on(m) || !wsOn(w) {
+		t.Errorf("opened with the choice: the model says %v, the workspace %v", on(m), wsOn(w))
 	}
 	if err := w.SetDType("bfloat16"); err != nil {
 		t.Fatal(err)
 	}
-	m, _, _ = w.SharedModel(ctx, dir)
-	if !m.Int8Prefill() {
-		t.Error("SetDType dropped Int8Prefill")
+	if m, _, _ := w.SharedModel(ctx, dir); !on(m) {
+		t.Error("SetDType dropped the choice")
 	}
-	fork := m.Fork()
-	w.SetInt8Prefill(false)
-	if m.Int8Prefill() || fork.Int8Prefill() || w.Int8Prefill() {
-		t.Errorf("SetInt8Prefill(false) left a loaded model (%v) or an open chat's copy (%v) on 8-bit activations", m.Int8Prefill(), fork.Int8Prefill())
+	m, _, _ = w.SharedModel(ctx, dir)
+	fork := m.Fork() // as an open chat holds
+	set(w, false)
+	if on(m) || on(fork) || wsOn(w) {
+		t.Errorf("turning the choice off left a loaded model (%v) or an open chat's copy of it (%v) on 8-bit activations", on(m), on(fork))
 	}
 }

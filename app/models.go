@@ -166,13 +166,19 @@ func (w *Workspace) Int8DecodeRuns() bool { return mx.HasQuantizedA8(w.Backend, 
 // switch at their next reply; a run in progress is not touched (training is exact
 // either way).
 func (w *Workspace) SetInt8Decode(on bool) {
+	w.setInt8(func(o *inference.LoadOptions) { o.Int8Decode = on }, func(m *inference.Model) { m.SetInt8Decode(on) })
+}
+
+// setInt8 records an 8-bit-activation choice in the load options (set) and makes
+// it on every loaded model (apply), under the load lock.
+func (w *Workspace) setInt8(set func(*inference.LoadOptions), apply func(*inference.Model)) {
 	w.loadMu.Lock()
 	defer w.loadMu.Unlock()
 	load := *w.loadOpts.Load()
-	load.Int8Decode = on
+	set(&load)
 	w.loadOpts.Store(&load)
 	for _, m := range w.loaded {
-		m.SetInt8Decode(on)
+		apply(m)
 	}
 }
 
@@ -190,14 +196,7 @@ func (w *Workspace) Int8PrefillRuns() bool { return mx.HasQuantizedA8Rows(w.Back
 // their decode steps: every product of many rows no gradient flows through, so a
 // decision's scoring too. Loaded models and open chats switch at their next call.
 func (w *Workspace) SetInt8Prefill(on bool) {
-	w.loadMu.Lock()
-	defer w.loadMu.Unlock()
-	load := *w.loadOpts.Load()
-	load.Int8Prefill = on
-	w.loadOpts.Store(&load)
-	for _, m := range w.loaded {
-		m.SetInt8Prefill(on)
-	}
+	w.setInt8(func(o *inference.LoadOptions) { o.Int8Prefill = on }, func(m *inference.Model) { m.SetInt8Prefill(on) })
 }
 
 func isDir(p string) bool {

@@ -223,17 +223,25 @@ func BenchmarkDecode(b *testing.B) {
 // (SetInt8Decode off) and on 8-bit activations, one after the other on the same
 // model, so their ratio comes from one run.
 func BenchmarkDecodeInt8(b *testing.B) {
+	eachInt8(b, (*Model).SetInt8Decode, func(b *testing.B, m *Model) {
+		b.ResetTimer()
+		per := bestDecode(b, m, 64)
+		b.ReportMetric(1/per.Seconds(), "tok/s")
+	})
+}
+
+// eachInt8 runs f on each preset's quantized models, exact and with set on (an
+// 8-bit-activation choice), set off again after.
+func eachInt8(b *testing.B, set func(m *Model, on bool), f func(b *testing.B, m *Model)) {
 	for _, p := range benchPresets {
 		for _, dt := range benchQuantized {
 			for _, int8 := range []bool{false, true} {
 				name := map[bool]string{false: "exact", true: "int8"}[int8]
 				b.Run(fmt.Sprintf("%s/%s/%s", p.name, dt.name, name), func(b *testing.B) {
 					m := benchModel(b, p.name, p.cfg, dt)
-					m.SetInt8Decode(int8)
-					defer m.SetInt8Decode(false)
-					b.ResetTimer()
-					per := bestDecode(b, m, 64)
-					b.ReportMetric(1/per.Seconds(), "tok/s")
+					set(m, int8)
+					defer set(m, false)
+					f(b, m)
 				})
 			}
 		}
@@ -298,21 +306,7 @@ func BenchmarkPrefill512(b *testing.B) {
 
 // BenchmarkPrefill512Int8 is BenchmarkPrefill512 for the quantized widths, exact
 // and with SetInt8Prefill (8-bit activations, integer products).
-func BenchmarkPrefill512Int8(b *testing.B) {
-	for _, p := range benchPresets {
-		for _, dt := range benchQuantized {
-			for _, int8 := range []bool{false, true} {
-				name := map[bool]string{false: "exact", true: "int8"}[int8]
-				b.Run(fmt.Sprintf("%s/%s/%s", p.name, dt.name, name), func(b *testing.B) {
-					m := benchModel(b, p.name, p.cfg, dt)
-					m.SetInt8Prefill(int8)
-					defer m.SetInt8Prefill(false)
-					prefill512(b, m)
-				})
-			}
-		}
-	}
-}
+func BenchmarkPrefill512Int8(b *testing.B) { eachInt8(b, (*Model).SetInt8Prefill, prefill512) }
 
 // prefill512 reports m's prefill of 512 tokens, best of b.N: tokens and model
 // GFLOP a second, and the fraction of this machine's sgemm peak.

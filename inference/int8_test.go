@@ -91,16 +91,9 @@ func TestInt8Decode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			av, bv := logits(t, a.Float32s), logits(t, b.Float32s)
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, v := range av {
-				lo, hi = math.Min(lo, float64(v)), math.Max(hi, float64(v))
-			}
-			for i := range av {
-				d := math.Abs(float64(av[i]-bv[i])) / (hi - lo)
-				worst, sq, n = math.Max(worst, d), sq+d*d, n+1
-				differ = differ || av[i] != bv[i]
-			}
+			av := logits(t, a.Float32s)
+			w, s, d := spreadDiff(av, logits(t, b.Float32s))
+			worst, sq, n, differ = math.Max(worst, w), sq+s, n+len(av), differ || d
 		}
 		t.Logf("%d-bit demo, 60 decode steps: |int8 − exact| %.5f of the logits' spread at worst, %.5f RMS", bits, worst, math.Sqrt(sq/float64(n)))
 		if worst > 0.04 {
@@ -185,15 +178,8 @@ func TestInt8Prefill(t *testing.T) {
 		var worst float64
 		differ := false
 		for p := range 64 {
-			row, got := exact[p*V:(p+1)*V], fast[p*V:(p+1)*V]
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, v := range row {
-				lo, hi = math.Min(lo, float64(v)), math.Max(hi, float64(v))
-			}
-			for i := range row {
-				worst = math.Max(worst, math.Abs(float64(got[i]-row[i]))/(hi-lo))
-				differ = differ || got[i] != row[i]
-			}
+			w, _, d := spreadDiff(exact[p*V:(p+1)*V], fast[p*V:(p+1)*V])
+			worst, differ = math.Max(worst, w), differ || d
 		}
 		t.Logf("%d-bit demo, 64 positions at once: |int8 − exact| %.5f of the logits' spread at worst", bits, worst)
 		if worst > 0.04 {
@@ -240,4 +226,20 @@ func TestInt8PrefillPerplexity(t *testing.T) {
 			t.Errorf("%d-bit: int8 prefill's perplexity %.4f against %.4f exact", bits, ppl, exact)
 		}
 	}
+}
+
+// spreadDiff compares one position's logits got with want: the largest |got − want|
+// as a fraction of want's spread (max − min), the sum of those fractions squared,
+// and whether any differ at all.
+func spreadDiff(want, got []float32) (worst, sq float64, differ bool) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range want {
+		lo, hi = math.Min(lo, float64(v)), math.Max(hi, float64(v))
+	}
+	for i := range want {
+		d := math.Abs(float64(got[i]-want[i])) / (hi - lo)
+		worst, sq = math.Max(worst, d), sq+d*d
+		differ = differ || got[i] != want[i]
+	}
+	return worst, sq, differ
 }

@@ -104,22 +104,13 @@ func newChatScreen(u *UI) *chatScreen {
 
 	// Takes effect at the next reply, in this chat and every other: the choice is
 	// the workspace's, not the conversation's, so it starts no new chat.
-	c.int8 = widget.NewCheck("Decode 4- and 8-bit models on 8-bit activations (faster; not exact: perplexity moves about 0.2%)", func(on bool) {
-		c.u.ws.SetInt8Decode(on)
-	})
-	c.int8.Checked = c.u.ws.Int8Decode()
-	if !c.u.ws.Int8DecodeRuns() {
-		c.int8.Text = "Decode on 8-bit activations (needs integer dot products, which this machine's backend lacks)"
-		c.int8.Disable()
-	}
-	c.int8Prefill = widget.NewCheck("Read prompts of 4- and 8-bit models on 8-bit activations (faster prompts and scoring; not exact: perplexity moves under 0.2%)", func(on bool) {
-		c.u.ws.SetInt8Prefill(on)
-	})
-	c.int8Prefill.Checked = c.u.ws.Int8Prefill()
-	if !c.u.ws.Int8PrefillRuns() {
-		c.int8Prefill.Text = "Read prompts on 8-bit activations (needs integer dot products for many rows, which this machine's backend lacks)"
-		c.int8Prefill.Disable()
-	}
+	ws := c.u.ws
+	c.int8 = choiceBox("Decode 4- and 8-bit models on 8-bit activations (faster; not exact: perplexity moves about 0.2%)",
+		"Decode on 8-bit activations (needs integer dot products, which this machine's backend lacks)",
+		ws.Int8Decode(), ws.Int8DecodeRuns(), ws.SetInt8Decode)
+	c.int8Prefill = choiceBox("Read prompts of 4- and 8-bit models on 8-bit activations (faster prompts and scoring; not exact: perplexity moves under 0.2%)",
+		"Read prompts on 8-bit activations (needs integer dot products for many rows, which this machine's backend lacks)",
+		ws.Int8Prefill(), ws.Int8PrefillRuns(), ws.SetInt8Prefill)
 
 	c.list = container.NewVBox()
 	c.scroll = container.NewVScroll(c.list)
@@ -639,4 +630,17 @@ func (c *chatScreen) resume(id int64) {
 	}
 	c.scroll.ScrollToBottom()
 	c.refreshEarlier()
+}
+
+// choiceBox is a check box for a workspace-wide choice: label, ticked where on,
+// and set called on each change; where the choice cannot run here (runs false),
+// disabled, with lacking as its text to say why.
+func choiceBox(label, lacking string, on, runs bool, set func(bool)) *widget.Check {
+	b := widget.NewCheck(label, set)
+	b.Checked = on
+	if !runs {
+		b.Text = lacking
+		b.Disable()
+	}
+	return b
 }

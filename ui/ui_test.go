@@ -369,33 +369,44 @@ func TestChatQuantizedKVChoice(t *testing.T) {
 	}
 }
 
-// The Chat screen's 8-bit-activation choice is the workspace's: ticking it sets
-// it (and keeps the chat), unticking clears it; where the backend has no integer
-// kernels the box is disabled and says why.
-func TestChatInt8DecodeChoice(t *testing.T) {
+// The Chat screen's two 8-bit-activation choices (decode steps, prompts) are the
+// workspace's, each apart from the other: ticking a box sets its choice alone (and
+// keeps the chat), unticking clears it; where the backend has no integer kernels
+// for it a box is disabled and says why.
+func TestChatInt8Choices(t *testing.T) {
 	u, _ := openUI(t, t.TempDir())
 	c := u.chat
 	test.NewTempWindow(t, c.content)
-	if !u.ws.Int8DecodeRuns() {
-		if !c.int8.Disabled() || !strings.Contains(c.int8.Text, "lacks") {
-			t.Fatalf("no integer kernels here, yet the box is enabled or silent: %q", c.int8.Text)
+	for _, k := range []struct {
+		name      string
+		box       *widget.Check
+		on, other func() bool
+		runs      bool
+	}{
+		{"decode", c.int8, u.ws.Int8Decode, u.ws.Int8Prefill, u.ws.Int8DecodeRuns()},
+		{"prefill", c.int8Prefill, u.ws.Int8Prefill, u.ws.Int8Decode, u.ws.Int8PrefillRuns()},
+	} {
+		if !k.runs {
+			if !k.box.Disabled() || !strings.Contains(k.box.Text, "lacks") {
+				t.Fatalf("%s: no integer kernels here, yet the box is enabled or silent: %q", k.name, k.box.Text)
+			}
+			continue
 		}
-		return
-	}
-	if c.int8.Checked || u.ws.Int8Decode() {
-		t.Fatal("8-bit activations are on by default")
-	}
-	before := c.session
-	locked(u, func() { c.int8.SetChecked(true) })
-	if !u.ws.Int8Decode() {
-		t.Error("ticking the box did not reach the workspace")
-	}
-	if c.session != before {
-		t.Error("ticking the box started a new chat")
-	}
-	locked(u, func() { c.int8.SetChecked(false) })
-	if u.ws.Int8Decode() {
-		t.Error("unticking the box left 8-bit activations on")
+		if k.box.Checked || k.on() {
+			t.Fatalf("%s: 8-bit activations are on by default", k.name)
+		}
+		before := c.session
+		locked(u, func() { k.box.SetChecked(true) })
+		if !k.on() || k.other() {
+			t.Errorf("%s: ticking the box: this choice %v, the other %v", k.name, k.on(), k.other())
+		}
+		if c.session != before {
+			t.Errorf("%s: ticking the box started a new chat", k.name)
+		}
+		locked(u, func() { k.box.SetChecked(false) })
+		if k.on() {
+			t.Errorf("%s: unticking the box left 8-bit activations on", k.name)
+		}
 	}
 	// A reply's line says which way it was decoded.
 	if on, off := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Decode: true}), replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50}); !strings.Contains(on, "8-bit activations") || strings.Contains(off, "8-bit") {
@@ -403,36 +414,6 @@ func TestChatInt8DecodeChoice(t *testing.T) {
 	}
 	if on := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Prefill: true}); !strings.Contains(on, "prompt on 8-bit activations") {
 		t.Errorf("reply line %q (int8 prefill) does not say so", on)
-	}
-}
-
-// The prompt's 8-bit-activation choice is the workspace's too, apart from the
-// decode choice; where the backend has no many-row integer kernels the box is
-// disabled and says why.
-func TestChatInt8PrefillChoice(t *testing.T) {
-	u, _ := openUI(t, t.TempDir())
-	c := u.chat
-	test.NewTempWindow(t, c.content)
-	if !u.ws.Int8PrefillRuns() {
-		if !c.int8Prefill.Disabled() || !strings.Contains(c.int8Prefill.Text, "lacks") {
-			t.Fatalf("no integer kernels here, yet the box is enabled or silent: %q", c.int8Prefill.Text)
-		}
-		return
-	}
-	if c.int8Prefill.Checked || u.ws.Int8Prefill() {
-		t.Fatal("8-bit prompts are on by default")
-	}
-	before := c.session
-	locked(u, func() { c.int8Prefill.SetChecked(true) })
-	if !u.ws.Int8Prefill() || u.ws.Int8Decode() {
-		t.Errorf("ticking the box: the workspace's prefill choice %v, decode %v", u.ws.Int8Prefill(), u.ws.Int8Decode())
-	}
-	if c.session != before {
-		t.Error("ticking the box started a new chat")
-	}
-	locked(u, func() { c.int8Prefill.SetChecked(false) })
-	if u.ws.Int8Prefill() {
-		t.Error("unticking the box left 8-bit prompts on")
 	}
 }
 

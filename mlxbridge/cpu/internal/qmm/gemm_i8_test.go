@@ -103,25 +103,27 @@ func TestMatMulTsInt8(t *testing.T) {
 func int8Product(width string, outs [][]float32, x []float32, M, K int, ws []*qweights, group, bits int) bool {
 	switch width {
 	case "f32":
-		ms := make([]Matrix[[]float32], len(ws))
-		for i, w := range ws {
-			ms[i] = Matrix[[]float32]{w.packed, w.scales, w.biases, w.N}
-		}
-		return MatMulTsInt8(outs, x, M, K, ms, group, bits)
+		return productWith(outs, x, M, K, ws, group, bits, func(w *qweights) ([]float32, []float32) { return w.scales, w.biases })
 	case "bf16":
-		ms := make([]Matrix[BF16], len(ws))
-		for i, w := range ws {
+		return productWith(outs, x, M, K, ws, group, bits, func(w *qweights) (BF16, BF16) {
 			h := halfScales(w, false)
 			w.redequantize()
-			ms[i] = Matrix[BF16]{w.packed, BF16(h.s), BF16(h.b), w.N}
-		}
-		return MatMulTsInt8(outs, x, M, K, ms, group, bits)
+			return h.s, h.b
+		})
 	}
-	ms := make([]Matrix[F16], len(ws))
-	for i, w := range ws {
+	return productWith(outs, x, M, K, ws, group, bits, func(w *qweights) (F16, F16) {
 		h := halfScales(w, true)
 		w.redequantize()
-		ms[i] = Matrix[F16]{w.packed, F16(h.s), F16(h.b), w.N}
+		return h.s, h.b
+	})
+}
+
+// productWith is MatMulTsInt8 over ws, each with the scales and biases scales gives it.
+func productWith[S Scales](outs [][]float32, x []float32, M, K int, ws []*qweights, group, bits int, scales func(*qweights) (S, S)) bool {
+	ms := make([]Matrix[S], len(ws))
+	for i, w := range ws {
+		s, b := scales(w)
+		ms[i] = Matrix[S]{w.packed, s, b, w.N}
 	}
 	return MatMulTsInt8(outs, x, M, K, ms, group, bits)
 }

@@ -59,14 +59,14 @@ func getI8Scratch(M, K, G, bits int) *i8Scratch {
 		s = &i8Scratch{}
 	}
 	xqLen, xslLen := i8Lens(K, bits)
-	if cap(s.xq) < M*xqLen {
-		s.xq = make([]int8, M*xqLen)
-	}
-	if cap(s.xsl) < M*xslLen {
-		s.xsl = make([]float32, M*xslLen)
-	}
-	if cap(s.xsum) < M*G {
-		s.xsum = make([]float32, M*G)
+	s.xq, s.xsl, s.xsum = atLeast(s.xq, M*xqLen), atLeast(s.xsl, M*xslLen), atLeast(s.xsum, M*G)
+	return s
+}
+
+// atLeast is s if it can hold n values, else a new slice that can.
+func atLeast[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
 	}
 	return s
 }
@@ -149,15 +149,7 @@ func MatMulTsInt8[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix
 		s = &q8Scratch{}
 	}
 	defer q8Pool.Put(s)
-	if cap(s.xq) < M*K {
-		s.xq = make([]int8, M*K)
-	}
-	if cap(s.xs) < M*NB {
-		s.xs = make([]float32, M*NB)
-	}
-	if cap(s.xsum) < M*G {
-		s.xsum = make([]float32, M*G)
-	}
+	s.xq, s.xs, s.xsum = atLeast(s.xq, M*K), atLeast(s.xs, M*NB), atLeast(s.xsum, M*G)
 	parallel(M, 1, 8*K, func(lo, hi int) {
 		for m := lo; m < hi; m++ {
 			C.qmm_prepare_x_q8((*C.float)(&x[m*K]), C.int(K), C.int(groupSize), (*C.int8_t)(unsafe.Pointer(&s.xq[m*K])),
