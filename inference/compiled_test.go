@@ -217,7 +217,4 @@ func TestCompiledBlocksAdapterSwapMLX(t *testing.T) {
 }
 
 // onGPU reports whether b computes on a GPU (where compiled pieces are fused).
-func onGPU(b mx.Backend) bool {
-	d, ok := b.(interface{ Device() string })
-	return ok && d.Device() == "gpu"
-}
+func onGPU(b mx.Backend) bool { return deviceOf(b) == "gpu" }

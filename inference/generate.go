@@ -97,7 +97,7 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 		}
 	}
 	defer func() { st.KVBytes, st.AdapterVersion = sess.cache.Bytes(), sess.version }()
-	st.Int8Decode, st.Int8Prefill = sess.m.decodesInt8(), sess.m.prefillsInt8()
+	st.Int8Decode, st.Int8Prefill = sess.m.int8Runs()
 	if err := sess.m.checkContext(len(prompt)); err != nil {
 		return st, err
 	}
@@ -196,8 +196,16 @@ func queues(b mx.Backend, o SampleOptions) bool {
 		return false
 	}
 	sorts := o.Temperature > 0 && (o.TopK > 0 || (o.TopP > 0 && o.TopP < 1))
-	d, ok := b.(interface{ Device() string })
-	return !sorts || !ok || d.Device() != "cpu"
+	return !sorts || deviceOf(b) != "cpu"
+}
+
+// deviceOf is the device b computes on, "cpu" or "gpu", where it says (MLX);
+// "" where it does not.
+func deviceOf(b mx.Backend) string {
+	if d, ok := b.(interface{ Device() string }); ok {
+		return d.Device()
+	}
+	return ""
 }
 
 // generateQueued is Generate's decode loop on a lazy backend, the way mlx-lm

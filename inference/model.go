@@ -326,31 +326,35 @@ func (m *Model) shareInt8(c *int8Choice) {
 	})
 }
 
-// decodesInt8 reports whether a decode step takes the integer kernels: the
-// choice is on and some quantized layer has bits the backend multiplies so.
-func (m *Model) decodesInt8() bool {
-	return m.int8.decode.Load() && m.hasA8(mx.HasQuantizedA8)
-}
-
-// prefillsInt8 is decodesInt8 for a prompt's many rows.
-func (m *Model) prefillsInt8() bool {
-	return m.int8.prefill.Load() && m.hasA8(mx.HasQuantizedA8Rows)
-}
-
-// hasA8 reports whether has holds on m's backend for the bits of some quantized
-// layer: a linear one, or the embedding where it is the output projection.
-func (m *Model) hasA8(has func(mx.Backend, int) bool) bool {
-	found := false
+// int8Runs reports whether a decode step (decode) and a prompt's prefill
+// (prefill) take the integer kernels: the choice is on and some quantized layer
+// (a linear one, or the embedding where it is the output projection) has bits
+// the backend multiplies so, one row or many. One walk over the modules serves
+// both, and none where neither choice is on.
+func (m *Model) int8Runs() (decode, prefill bool) {
+	d, p := m.int8.decode.Load(), m.int8.prefill.Load()
+	if !d && !p {
+		return false, false
+	}
 	_ = m.forEachModule(func(_ string, mod any) error {
+		bits := 0
 		switch l := mod.(type) {
 		case *Linear:
-			found = found || l.quantized() && has(m.b, l.Bits)
+			if l.quantized() {
+				bits = l.Bits
+			}
 		case *Embedding:
-			found = found || m.LMHead == nil && l.quantized() && has(m.b, l.Bits)
+			if m.LMHead == nil && l.quantized() {
+				bits = l.Bits
+			}
+		}
+		if bits > 0 {
+			decode = decode || d && mx.HasQuantizedA8(m.b, bits)
+			prefill = prefill || p && mx.HasQuantizedA8Rows(m.b, bits)
 		}
 		return nil
 	})
-	return found
+	return decode, prefill
 }
 
 // Int8Decode reports SetInt8Decode's choice.

@@ -199,8 +199,7 @@ func stagesSteps(m *Model) bool {
 	if _, ok := m.b.(mx.AsyncEvaluator); !ok {
 		return false
 	}
-	d, ok := m.b.(interface{ Device() string })
-	return ok && d.Device() == "cpu" && m.cfg.Quantization != nil
+	return deviceOf(m.b) == "cpu" && m.cfg.Quantization != nil
 }
 
 func commonPrefix(a, b []int) int {

@@ -20,10 +20,7 @@ func TestStagedStepsMLX(t *testing.T) {
 	if err != nil {
 		t.Skipf("mlx backend: %v", err)
 	}
-	onCPU := false
-	if d, ok := be.(interface{ Device() string }); ok {
-		onCPU = d.Device() == "cpu"
-	}
+	onCPU := deviceOf(be) == "cpu"
 	defer func() { stageMode, compileBlocks = 0, true }()
 	for _, arch := range []string{"llama", "qwen3"} {
 		for _, bits := range []int{0, 4} {

@@ -33,7 +33,7 @@ func (be *Backend) QuantizedMatMul(x, w, scales, biases *mx.Array, transpose boo
 // matrix holds them compact in one dtype.
 func (be *Backend) QuantizedMatMuls(x *mx.Array, ws []mx.QuantizedMatrix, groupSize, bits int, a8 bool, outs [][]int) ([]mx.Handle, error) {
 	xs := x.Shape()
-	if rows := x.Size() / max(xs[len(xs)-1], 1); a8 && (rows == 1 && !qmm.HasInt8(bits) || rows > 1 && !qmm.HasInt8Rows(bits)) {
+	if rows := x.Size() / max(xs[len(xs)-1], 1); a8 && !qmm.HasInt8For(rows, bits) {
 		return nil, fmt.Errorf("cpu: no integer kernel for %d rows of x and %d-bit weights on this CPU", rows, bits)
 	}
 	q := multiCall{x: h(x).f, k: xs[len(xs)-1], group: groupSize, bits: bits, a8: a8, res: make([][]float32, len(ws))}

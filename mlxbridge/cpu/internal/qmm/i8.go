@@ -51,15 +51,15 @@ type i8Scratch struct {
 
 var i8Pool sync.Pool
 
-// getI8Scratch returns pooled room for M rows of K values rounded for bits-bit weights in
-// G groups, at least as i8Lens and the groups' sums need.
-func getI8Scratch(M, K, G, bits int) *i8Scratch {
+// getI8Scratch returns pooled room for a call's rounded activations: at least xqLen bytes,
+// xslLen scales (a decode step's lane scales, or a prompt's block scales) and sumLen group
+// sums. Both products draw on one pool.
+func getI8Scratch(xqLen, xslLen, sumLen int) *i8Scratch {
 	s, _ := i8Pool.Get().(*i8Scratch)
 	if s == nil {
 		s = &i8Scratch{}
 	}
-	xqLen, xslLen := i8Lens(K, bits)
-	s.xq, s.xsl, s.xsum = atLeast(s.xq, M*xqLen), atLeast(s.xsl, M*xslLen), atLeast(s.xsum, M*G)
+	s.xq, s.xsl, s.xsum = atLeast(s.xq, xqLen), atLeast(s.xsl, xslLen), atLeast(s.xsum, sumLen)
 	return s
 }
 
@@ -93,7 +93,8 @@ func MatVecTsInt8[S Scales](outs [][]float32, x []float32, K int, ws []Matrix[S]
 	if total == 0 {
 		return true
 	}
-	s := getI8Scratch(1, K, K/groupSize, bits)
+	xqLen, xslLen := i8Lens(K, bits)
+	s := getI8Scratch(xqLen, xslLen, K/groupSize)
 	defer i8Pool.Put(s)
 	xq, xsl, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
 	C.qmm_prepare_x_i8(&all[0].c, (*C.float)(&x[0]), xq, xsl, xsum)
@@ -110,15 +111,16 @@ func MatVecTsInt8[S Scales](outs [][]float32, x []float32, K int, ws []Matrix[S]
 // is faster than that.)
 func HasInt8Rows(bits int) bool { return (bits == 4 || bits == 8) && simdLevel() >= 2 && gemmI8() }
 
-var gemmI8 = sync.OnceValue(func() bool { return C.qmm_cpu_gemm_i8() != 0 })
-
-// q8Scratch holds a many-row call's rounded activations.
-type q8Scratch struct {
-	xq       []int8
-	xs, xsum []float32
+// HasInt8For reports whether MatMulTsInt8 runs for M rows of x and bits-bit weights here:
+// HasInt8 for one row, HasInt8Rows for more.
+func HasInt8For(M, bits int) bool {
+	if M == 1 {
+		return HasInt8(bits)
+	}
+	return HasInt8Rows(bits)
 }
 
-var q8Pool sync.Pool
+var gemmI8 = sync.OnceValue(func() bool { return C.qmm_cpu_gemm_i8() != 0 })
 
 // MatMulTsInt8 is MatVecTsInt8 for M rows of x (M, K), outs[i] getting (M, ws[i].N), as
 // llama.cpp multiplies its quantized weights by many rows (a prompt): each row rounded to 8
@@ -126,14 +128,13 @@ var q8Pool sync.Pool
 // scale), multiplied by the weights as integers, and the bias term bias·Σx on the unrounded
 // x. Each row is rounded alone, so a row's result does not depend on the other rows of the
 // call. One row is MatVecTsInt8's (finer: a scale per 32/bits values). It returns false,
-// doing nothing, where the CPU has no kernel for the call (HasInt8Rows for M > 1, HasInt8
-// for one row).
+// doing nothing, where the CPU has no kernel for the call (HasInt8For).
 func MatMulTsInt8[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix[S], groupSize, bits int) bool {
+	if !HasInt8For(M, bits) {
+		return false
+	}
 	if M == 1 {
 		return MatVecTsInt8(outs, x, K, ws, groupSize, bits)
-	}
-	if !HasInt8Rows(bits) {
-		return false
 	}
 	all, total := pinAll("MatMulTsInt8", outs, ws, M, K, groupSize, bits)
 	defer closeAll(all)
@@ -144,19 +145,15 @@ func MatMulTsInt8[S Scales](outs [][]float32, x []float32, M, K int, ws []Matrix
 		return true
 	}
 	G, NB := K/groupSize, K/32
-	s, _ := q8Pool.Get().(*q8Scratch)
-	if s == nil {
-		s = &q8Scratch{}
-	}
-	defer q8Pool.Put(s)
-	s.xq, s.xs, s.xsum = atLeast(s.xq, M*K), atLeast(s.xs, M*NB), atLeast(s.xsum, M*G)
+	s := getI8Scratch(M*K, M*NB, M*G)
+	defer i8Pool.Put(s)
 	parallel(M, 1, 8*K, func(lo, hi int) {
 		for m := lo; m < hi; m++ {
 			C.qmm_prepare_x_q8((*C.float)(&x[m*K]), C.int(K), C.int(groupSize), (*C.int8_t)(unsafe.Pointer(&s.xq[m*K])),
-				(*C.float)(&s.xs[m*NB]), (*C.float)(&s.xsum[m*G]))
+				(*C.float)(&s.xsl[m*NB]), (*C.float)(&s.xsum[m*G]))
 		}
 	})
-	xq, xs, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xs[0]), (*C.float)(&s.xsum[0])
+	xq, xs, xsum := (*C.int8_t)(unsafe.Pointer(&s.xq[0])), (*C.float)(&s.xsl[0]), (*C.float)(&s.xsum[0])
 	eachRange(all, M*K*bits/8, func(w *weights, i, n0, n1 int) {
 		if C.qmm_gemm_t_i8(&w.c, xq, xs, xsum, C.int(M), C.int(n0), C.int(n1), (*C.float)(&outs[i][0]), C.int(w.N)) != 0 {
 			panic("qmm.MatMulTsInt8: out of memory for a panel of W")
