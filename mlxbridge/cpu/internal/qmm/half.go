@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -134,4 +135,52 @@ func HalfWiden(dst []float32, src []uint16, f16 bool) {
 	parallel(len(src), 64, 6, func(lo, hi int) {
 		C.qmm_half_widen(hp(src[lo:]), C.long(hi-lo), cbool(f16), fp(dst[lo:]))
 	})
+}
+
+// HasBF16Rows reports whether HalfMatMulTBF16 runs here: AVX-512 with BF16 (AMD Zen 4 and
+// later, Intel Cooper Lake and Sapphire Rapids and later), unless limitSIMD caps the
+// kernels below AVX-512.
+func HasBF16Rows() bool { return simdLevel() >= 2 && bf16Dot() }
+
+var bf16Dot = sync.OnceValue(func() bool { return C.qmm_cpu_bf16() != 0 })
+
+var bf16Pool sync.Pool
+
+// HalfMatMulTBF16 is HalfMatMulT for a bfloat16 W and many rows of x, with each value of x
+// rounded to bfloat16 (to nearest, ties even: it moves by at most 2⁻⁹ of itself) and
+// multiplied by W's values in pairs with AVX-512 BF16, as llama.cpp multiplies its BF16
+// weights. Products of two bfloat16 values are exact, so only x's rounding (and subnormal
+// values, read and written as zero) differs from HalfMatMulT. Each row is rounded alone: a
+// row's result does not depend on the other rows of the call. It returns false, doing
+// nothing, where HasBF16Rows is false.
+func HalfMatMulTBF16(out, x []float32, M, K int, w []uint16, N int) bool {
+	if !HasBF16Rows() {
+		return false
+	}
+	checkHalf("HalfMatMulTBF16", w, N, K)
+	if len(x) < M*K || len(out) < M*N || M < 0 {
+		panic(fmt.Sprintf("qmm.HalfMatMulTBF16: x has %d values, out %d, for M=%d K=%d N=%d", len(x), len(out), M, K, N))
+	}
+	if M == 0 || N == 0 {
+		return true
+	}
+	ldx := (K + 1) &^ 1
+	p, _ := bf16Pool.Get().(*[]uint16)
+	if p == nil {
+		p = new([]uint16)
+	}
+	defer bf16Pool.Put(p)
+	*p = atLeast(*p, M*ldx)
+	xb := *p
+	parallel(M, 1, 2*K, func(lo, hi int) {
+		for m := lo; m < hi; m++ {
+			C.qmm_round_bf16(fp(x[m*K:]), C.long(K), hp(xb[m*ldx:]))
+		}
+	})
+	parallel(N, 32, M*K, func(n0, n1 int) {
+		if C.qmm_gemm_t_bf16(hp(w), C.int(K), hp(xb), C.int(M), C.int(n0), C.int(n1), fp(out), C.int(N)) != 0 {
+			panic("qmm.HalfMatMulTBF16: out of memory for a panel of W")
+		}
+	})
+	return true
 }

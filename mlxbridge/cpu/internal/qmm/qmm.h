@@ -65,6 +65,15 @@ void qmm_prepare_x_q8(const float *x, int K, int gs, int8_t *xq, float *xs, floa
 int qmm_gemm_t_i8(const qmm_w *w, const int8_t *xq, const float *xs, const float *xsum, int M, int n0,
                   int n1, float *out, int ldo);
 
+// Prefill's product on bfloat16 activations (gemm_bf16.c; AVX-512 BF16, where qmm_cpu_bf16
+// says so) for a bfloat16 W (N, K). qmm_round_bf16 rounds n values of x to bfloat16 (to nearest,
+// ties even), padding an odd n with a zero. qmm_gemm_t_bf16 sets out[m*ldo + n] = w_n . x_m for
+// m < M and n in [n0, n1), the M rows of x rounded one after another, each K values padded to
+// an even count; it returns -1 (doing nothing) where it cannot allocate its panels, else 0.
+int qmm_cpu_bf16(void);
+void qmm_round_bf16(const float *x, long n, uint16_t *xb);
+int qmm_gemm_t_bf16(const uint16_t *w, int K, const uint16_t *xb, int M, int n0, int n1, float *out, int ldo);
+
 // Whether decoding's kernels (qmm_gemv_t with one row of x, and the VNNI form of
 // qmm_gemv_t_i8) read 16-bit scales in their own loops on this CPU, for 2-, 4- and 8-bit
 // W. Elsewhere, and for other widths, every entry point widens them a tile at a time,
