@@ -161,6 +161,12 @@ type (
 		HasA8(bits int) bool
 		HasA8Rows(bits int) bool
 	}
+	// BF16MatMuler computes x @ wᵀ with x rounded to bfloat16 (MatmulTBF16) for the
+	// bfloat16 matrices w it reports BF16Rows for: x float32 of any number of rows.
+	BF16MatMuler interface {
+		MatMulBF16(x, w *Array, out []int) (Handle, error)
+		BF16Rows(w *Array) bool
+	}
 	// QuantizedMultiMatMuler computes QuantizedMatmuls in one call: x @ dequant(w)ᵀ
 	// for every 2-D matrix of ws, all of x's width and one scales dtype, into arrays
 	// of the shapes outs gives; on 8-bit activations where a8 is set (then x is one

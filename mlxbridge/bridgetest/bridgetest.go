@@ -35,6 +35,7 @@ func Run(t *testing.T, b mx.Backend) {
 	t.Run("Optimizer", s.optimizer)
 	t.Run("Sorting", s.sorting)
 	t.Run("Compact", s.compact)
+	t.Run("MatmulBF16", s.matmulBF16)
 	t.Run("XOR", s.xor)
 }
 

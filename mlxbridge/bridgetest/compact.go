@@ -2,6 +2,7 @@ package bridgetest
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -61,6 +62,70 @@ func (s *suite) compact(t *testing.T) {
 				}
 				near("gradient through x·wᵀ", grad(c), grad(w))
 			})
+		}
+	}
+}
+
+// matmulBF16: prefill's product on bfloat16 activations. Where the backend multiplies a
+// compact bfloat16 w in bfloat16 pairs (HasBF16Rows), each result of many rows is within
+// x's rounding of the exact product (2⁻⁹ of each |w·x|), two rows alone give their results
+// bit for bit, and one row, a traced x, a bfloat16 x and a float32 w are MatmulT exactly;
+// elsewhere every case is MatmulT exactly. An outlier channel is in x, as in real
+// activations.
+func (s *suite) matmulBF16(t *testing.T) {
+	const N, K = 37, 130
+	w := mx.AsType(mx.MulScalar(s.randn(21, N, K), 0.1), mx.BFloat16)
+	c := mx.Compact(w)
+	xv := randn(22, 5*K)
+	for r := range 5 {
+		xv[r*K+17] = 40
+	}
+	x := s.arr(xv, 5, K)
+	exact := get(t, mx.MatmulT(x, c, false, true))
+	got := mx.MatmulTBF16(x, c)
+	if !mx.HasBF16Rows(c) {
+		expect(t, "matmul_bf16 where the backend has no kernel", got, []int{5, N}, exact, 0, 0)
+	} else {
+		g, wv := get(t, got), get(t, c)
+		for r := range 5 {
+			for n := range N {
+				var mag float64
+				for k := range K {
+					mag += math.Abs(wv[n*K+k] * float64(xv[r*K+k]))
+				}
+				if d := math.Abs(g[r*N+n] - exact[r*N+n]); d > 0x1p-9*mag+1e-5*mag {
+					t.Fatalf("matmul_bf16: out[%d][%d] = %g, exact %g: off by %g, past x's rounding %g", r, n, g[r*N+n], exact[r*N+n], d, 0x1p-9*mag)
+				}
+			}
+		}
+		expect(t, "matmul_bf16 of two of the five rows", mx.MatmulTBF16(mx.SliceAxis(x, 0, 1, 3), c), []int{2, N}, g[N:3*N], 0, 0)
+		if mx.HasBF16Rows(w) && w != c {
+			t.Error("HasBF16Rows holds for a bfloat16 matrix that is not compact")
+		}
+	}
+	x1 := mx.SliceAxis(x, 0, 2, 3)
+	expect(t, "matmul_bf16 of one row", mx.MatmulTBF16(x1, c), []int{1, N}, get(t, mx.MatmulT(x1, c, false, true)), 0, 0)
+	wf := mx.AsType(c, mx.Float32)
+	expect(t, "matmul_bf16 of a float32 w", mx.MatmulTBF16(x, wf), []int{5, N}, get(t, mx.MatmulT(x, wf, false, true)), 0, 0)
+	bx := mx.AsType(x, mx.BFloat16)
+	if b := mx.MatmulTBF16(bx, c); b.DType() != mx.MatmulT(bx, c, false, true).DType() || b.Err() != nil {
+		t.Errorf("matmul_bf16 of a bfloat16 x gave %s (%v)", b.DType(), b.Err())
+	}
+	if bad := mx.MatmulTBF16(s.randn(3, 4, K+1), c); bad.Err() == nil {
+		t.Errorf("x of %d values against w of %d gave %s", K+1, K, bad)
+	}
+	grad := func(f func(x *mx.Array) *mx.Array) []float64 {
+		_, g, err := mx.ValueAndGrad(func(p []*mx.Array) []*mx.Array { return []*mx.Array{mx.Sum(mx.Square(f(p[0])), nil, false)} }, []*mx.Array{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return get(t, g[0])
+	}
+	want := grad(func(x *mx.Array) *mx.Array { return mx.MatmulT(x, c, false, true) })
+	gg := grad(func(x *mx.Array) *mx.Array { return mx.MatmulTBF16(x, c) })
+	for i := range want {
+		if gg[i] != want[i] {
+			t.Fatalf("matmul_bf16 gradient [%d] = %g, MatmulT's %g", i, gg[i], want[i])
 		}
 	}
 }
