@@ -308,6 +308,21 @@ func BenchmarkPrefill512(b *testing.B) {
 // and with SetInt8Prefill (8-bit activations, integer products).
 func BenchmarkPrefill512Int8(b *testing.B) { eachInt8(b, (*Model).SetInt8Prefill, prefill512) }
 
+// BenchmarkPrefill512BF16 is BenchmarkPrefill512 for the bfloat16 width, exact and with
+// SetBF16Prefill (bfloat16 activations, products in bfloat16 pairs).
+func BenchmarkPrefill512BF16(b *testing.B) {
+	for _, p := range benchPresets {
+		for _, on := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/bf16/%s", p.name, map[bool]string{false: "exact", true: "bf16"}[on]), func(b *testing.B) {
+				m := benchModel(b, p.name, p.cfg, benchDTypes[1])
+				m.SetBF16Prefill(on)
+				defer m.SetBF16Prefill(false)
+				prefill512(b, m)
+			})
+		}
+	}
+}
+
 // prefill512 reports m's prefill of 512 tokens, best of b.N: tokens and model
 // GFLOP a second, and the fraction of this machine's sgemm peak.
 func prefill512(b *testing.B, m *Model) {

@@ -72,6 +72,7 @@ type linearSpec struct {
 	quantized, bias bool
 	groupSize, bits int
 	int8, int8Rows  bool // the model's int8 choices, for one row and for many
+	bf16Rows        bool // and its bfloat16 choice for many rows (a dense layer)
 	adapters        int
 	scales          [maxAdapters]float32
 }
@@ -81,7 +82,8 @@ type linearSpec struct {
 func specOf(l *Linear) (s linearSpec, ok bool) {
 	q := l.quantized()
 	s = linearSpec{in: l.In, out: l.Out, quantized: q, bias: l.Bias != nil, groupSize: l.GroupSize, bits: l.Bits,
-		int8: q && l.int8.decode.Load(), int8Rows: q && l.int8.prefill.Load(), adapters: len(l.adapters)}
+		int8: q && l.act.decode.Load(), int8Rows: q && l.act.prefill.Load(),
+		bf16Rows: !q && l.act.bf16.Load(), adapters: len(l.adapters)}
 	if s.adapters > maxAdapters {
 		return s, false
 	}
@@ -128,9 +130,10 @@ func rebuildAll(specs []linearSpec, in []*mx.Array) ([]*Linear, []*mx.Array) {
 
 // rebuild is a Linear of layout s over the arrays at the front of in, and the rest.
 func (s linearSpec) rebuild(in []*mx.Array) (*Linear, []*mx.Array) {
-	l := &Linear{In: s.in, Out: s.out, Weight: in[0], GroupSize: s.groupSize, Bits: s.bits, int8: new(int8Choice)}
-	l.int8.decode.Store(s.int8)
-	l.int8.prefill.Store(s.int8Rows)
+	l := &Linear{In: s.in, Out: s.out, Weight: in[0], GroupSize: s.groupSize, Bits: s.bits, act: new(actChoice)}
+	l.act.decode.Store(s.int8)
+	l.act.prefill.Store(s.int8Rows)
+	l.act.bf16.Store(s.bf16Rows)
 	in = in[1:]
 	if s.quantized {
 		l.Scales, l.Biases, in = in[0], in[1], in[2:]

@@ -44,6 +44,7 @@ type Stats struct {
 	AdapterVersion   uint64        // the model's adapter version the last token was computed with
 	Int8Decode       bool          // decode steps multiplied quantized weights on 8-bit activations (Model.SetInt8Decode)
 	Int8Prefill      bool          // and so did the prompt's prefill (Model.SetInt8Prefill)
+	BF16Prefill      bool          // the prompt's prefill multiplied bfloat16 weights on bfloat16 activations (Model.SetBF16Prefill)
 	StopReason       string
 	// LogProb (with GenerateOptions.LogProb) is the sum over the emitted
 	// tokens of log p(token) under the model's own distribution (before temperature and the other sampling
@@ -97,7 +98,7 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 		}
 	}
 	defer func() { st.KVBytes, st.AdapterVersion = sess.cache.Bytes(), sess.version }()
-	st.Int8Decode, st.Int8Prefill = sess.m.int8Runs()
+	st.Int8Decode, st.Int8Prefill, st.BF16Prefill = sess.m.actRuns()
 	if err := sess.m.checkContext(len(prompt)); err != nil {
 		return st, err
 	}

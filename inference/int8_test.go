@@ -137,17 +137,52 @@ func TestInt8DecodePerplexity(t *testing.T) {
 	}
 }
 
-// TestInt8Prefill: with SetInt8Prefill, a forward pass over many positions (a
-// prompt's, a scoring's) rounds each row to 8 bits where the backend multiplies
-// many rows on integers. On the 4- and 8-bit demo, 64 positions of held-out text:
-// the logits move by less than 4% of their spread at every position, and they do
-// move there (the integer path ran); a copy made before the choice follows it;
-// SetInt8Decode alone leaves them exact (TestInt8Decode); a gradient through the
-// model (traced, as training's is) is the exact one, value and gradient bit for
-// bit; and off again the logits are exact.
-func TestInt8Prefill(t *testing.T) {
+// prefillChoice is one of the choices of a prompt on rounded activations: the 4- or
+// 8-bit demo with SetInt8Prefill, or the demo's weights kept compact in bfloat16 (what a
+// float32 load of a bfloat16 checkpoint gives) with SetBF16Prefill.
+type prefillChoice struct {
+	name string
+	load func(t *testing.T) (*inference.Model, []int)
+	set  func(m *inference.Model, on bool)
+	get  func(m *inference.Model) bool
+	runs func(m *inference.Model) bool // whether the backend has the kernel for the model
+}
+
+func prefillChoices() []prefillChoice {
+	var cs []prefillChoice
 	for _, bits := range []int{4, 8} {
-		m, ids := quantizedDemo(t, bits)
+		cs = append(cs, prefillChoice{fmt.Sprintf("%d-bit, int8", bits),
+			func(t *testing.T) (*inference.Model, []int) { return quantizedDemo(t, bits) },
+			(*inference.Model).SetInt8Prefill, (*inference.Model).Int8Prefill,
+			func(m *inference.Model) bool { return mx.HasQuantizedA8Rows(m.Backend(), bits) }})
+	}
+	return append(cs, prefillChoice{"bfloat16, bf16", bf16Demo,
+		(*inference.Model).SetBF16Prefill, (*inference.Model).BF16Prefill,
+		func(m *inference.Model) bool { return mx.HasBF16Rows(m.Params()["model.layers.0.mlp.up_proj.weight"]) }})
+}
+
+// bf16Demo is the demo model with its weight matrices rounded to bfloat16 and kept
+// compact, the activations float32, with the held-out text of heldOut.
+func bf16Demo(t *testing.T) (*inference.Model, []int) {
+	t.Helper()
+	m, _ := inferencetest.Load(t, inferencetest.Demo(t))
+	if err := m.CompactWeights(mx.BFloat16); err != nil {
+		t.Fatal(err)
+	}
+	_, ids := heldOut(t)
+	return m, ids
+}
+
+// TestRoundedPrefill: with SetInt8Prefill (the 4- and 8-bit demo) or SetBF16Prefill (the
+// demo in compact bfloat16), a forward pass over many positions (a prompt's, a
+// scoring's) rounds each row where the backend has the kernel. On 64 positions of
+// held-out text: the logits move by less than 4% of their spread at every position,
+// and they do move there (the kernel ran); a copy made before the choice follows it;
+// SetInt8Decode stays off; a gradient through the model (traced, as training's is) is
+// the exact one, value and gradient bit for bit; and off again the logits are exact.
+func TestRoundedPrefill(t *testing.T) {
+	for _, c := range prefillChoices() {
+		m, ids := c.load(t)
 		tokens, err := m.Tokens(ids[:64])
 		if err != nil {
 			t.Fatal(err)
@@ -169,9 +204,9 @@ func TestInt8Prefill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.SetInt8Prefill(true)
-		if !cp.Int8Prefill() || cp.Int8Decode() {
-			t.Fatalf("%d-bit: a copy made before the choice has Int8Prefill %v, Int8Decode %v", bits, cp.Int8Prefill(), cp.Int8Decode())
+		c.set(m, true)
+		if !c.get(cp) || cp.Int8Decode() {
+			t.Fatalf("%s: a copy made before the choice has the choice %v, Int8Decode %v", c.name, c.get(cp), cp.Int8Decode())
 		}
 		fast := logits(t, cp.Forward(tokens, nil).Float32s)
 		V := len(exact) / 64
@@ -181,49 +216,50 @@ func TestInt8Prefill(t *testing.T) {
 			w, _, d := spreadDiff(exact[p*V:(p+1)*V], fast[p*V:(p+1)*V])
 			worst, differ = math.Max(worst, w), differ || d
 		}
-		t.Logf("%d-bit demo, 64 positions at once: |int8 − exact| %.5f of the logits' spread at worst", bits, worst)
+		t.Logf("%s demo, 64 positions at once: |rounded − exact| %.5f of the logits' spread at worst", c.name, worst)
 		if worst > 0.04 {
-			t.Errorf("%d-bit: int8 prefill moved a logit by %.4f of the logits' spread", bits, worst)
+			t.Errorf("%s: the rounded prefill moved a logit by %.4f of the logits' spread", c.name, worst)
 		}
-		if mx.HasQuantizedA8Rows(m.Backend(), bits) != differ {
-			t.Errorf("%d-bit: int8 prefill changed the logits: %v; the backend multiplies many rows on integers: %v", bits, differ, !differ)
+		if c.runs(m) != differ {
+			t.Errorf("%s: the rounded prefill changed the logits: %v; the backend has the kernel: %v", c.name, differ, c.runs(m))
 		}
 		loss, grad := gradOf()
 		if loss != exactLoss {
-			t.Errorf("%d-bit: a traced loss is %g with int8 prefill, %g exact", bits, loss, exactLoss)
+			t.Errorf("%s: a traced loss is %g with the rounded prefill, %g exact", c.name, loss, exactLoss)
 		}
 		for i := range grad {
 			if grad[i] != exactGrad[i] {
-				t.Fatalf("%d-bit: gradient [%d] is %g with int8 prefill, %g exact", bits, i, grad[i], exactGrad[i])
+				t.Fatalf("%s: gradient [%d] is %g with the rounded prefill, %g exact", c.name, i, grad[i], exactGrad[i])
 			}
 		}
-		m.SetInt8Prefill(false)
+		c.set(m, false)
 		again := logits(t, cp.Forward(tokens, nil).Float32s)
 		for i := range exact {
 			if again[i] != exact[i] {
-				t.Fatalf("%d-bit: with int8 prefill off again, logit %d is %g, exact %g", bits, i, again[i], exact[i])
+				t.Fatalf("%s: with the rounded prefill off again, logit %d is %g, exact %g", c.name, i, again[i], exact[i])
 			}
 		}
 	}
 }
 
-// The quality int8 prefill costs: the 4- and 8-bit demo's perplexity on held-out
-// text, scored 64 positions a pass, moves by less than 1%.
-func TestInt8PrefillPerplexity(t *testing.T) {
-	for _, bits := range []int{4, 8} {
-		m, ids := quantizedDemo(t, bits)
+// The quality a rounded prefill costs: the 4- and 8-bit demo's perplexity on held-out
+// text with int8 prefill, and the compact bfloat16 demo's with bf16 prefill, scored 64
+// positions a pass, moves by less than 1%.
+func TestRoundedPrefillPerplexity(t *testing.T) {
+	for _, c := range prefillChoices() {
+		m, ids := c.load(t)
 		exact, err := inference.Perplexity(m, ids, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.SetInt8Prefill(true)
+		c.set(m, true)
 		ppl, err := inference.Perplexity(m, ids, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%d-bit demo, %d tokens: perplexity %.4f exact, %.4f int8 prefill (%+.3f%%)", bits, len(ids), exact, ppl, 100*(ppl/exact-1))
+		t.Logf("%s demo, %d tokens: perplexity %.4f exact, %.4f rounded prefill (%+.3f%%)", c.name, len(ids), exact, ppl, 100*(ppl/exact-1))
 		if d := ppl/exact - 1; math.Abs(d) > 0.01 {
-			t.Errorf("%d-bit: int8 prefill's perplexity %.4f against %.4f exact", bits, ppl, exact)
+			t.Errorf("%s: the rounded prefill's perplexity %.4f against %.4f exact", c.name, ppl, exact)
 		}
 	}
 }

@@ -21,7 +21,7 @@ type Linear struct {
 
 	GroupSize, Bits int
 
-	int8 *int8Choice // products on 8-bit activations: the model's choice (SetInt8Decode, SetInt8Prefill)
+	act *actChoice // products on rounded activations: the model's choices (SetInt8Decode, SetInt8Prefill, SetBF16Prefill)
 
 	// adapters are the updates of the model's adapter stack for this layer, bottom
 	// first (adapter.go); the model rewrites the list under its write lock.
@@ -33,10 +33,12 @@ func (l *Linear) quantized() bool { return l.Scales != nil }
 // Forward maps x (..., In) to (..., Out).
 func (l *Linear) Forward(x *mx.Array) *mx.Array {
 	var y *mx.Array
-	if l.quantized() && l.int8.takes(x) {
+	if l.quantized() && l.act.takes(x) {
 		y = mx.QuantizedMatmulA8(x, l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits)
 	} else if l.quantized() {
 		y = mx.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
+	} else if l.act.takesBF16(x) {
+		y = mx.MatmulTBF16(x, l.Weight)
 	} else {
 		y = mx.MatmulT(x, l.Weight, false, true)
 	}
@@ -73,7 +75,7 @@ func forwardAll(x *mx.Array, ls ...*Linear) []*mx.Array {
 	for i, l := range ls {
 		ws[i] = mx.QuantizedMatrix{W: l.Weight, Scales: l.Scales, Biases: l.Biases}
 	}
-	for i, y := range mx.QuantizedMatmuls(x, ws, l0.GroupSize, l0.Bits, l0.int8.takes(x)) {
+	for i, y := range mx.QuantizedMatmuls(x, ws, l0.GroupSize, l0.Bits, l0.act.takes(x)) {
 		ys[i] = ls[i].finish(y, x)
 	}
 	return ys
@@ -87,8 +89,8 @@ type Embedding struct {
 	Scales, Biases *mx.Array
 	GroupSize      int
 	Bits           int
-	dtype          mx.DType    // of the activations it produces
-	int8           *int8Choice // AsLinear's products on 8-bit activations: the model's choice
+	dtype          mx.DType   // of the activations it produces
+	act            *actChoice // AsLinear's products on rounded activations: the model's choices
 }
 
 func (e *Embedding) quantized() bool { return e.Scales != nil }
@@ -115,11 +117,14 @@ func (e *Embedding) rowScales(ids *mx.Array) (s, b *mx.Array) {
 // AsLinear uses the table as the output projection of tied models: x (..., Dim)
 // to logits (..., Vocab).
 func (e *Embedding) AsLinear(x *mx.Array) *mx.Array {
-	if e.quantized() && e.int8.takes(x) {
+	if e.quantized() && e.act.takes(x) {
 		return mx.QuantizedMatmulA8(x, e.Weight, e.Scales, e.Biases, e.GroupSize, e.Bits)
 	}
 	if e.quantized() {
 		return mx.QuantizedMatmul(x, e.Weight, e.Scales, e.Biases, true, e.GroupSize, e.Bits)
+	}
+	if e.act.takesBF16(x) {
+		return mx.MatmulTBF16(x, e.Weight)
 	}
 	return mx.MatmulT(x, e.Weight, false, true)
 }

@@ -16,11 +16,11 @@ func TestForwardAll(t *testing.T) {
 	b := cpu(t)
 	mx.SetDefault(b)
 	const in = 256
-	flag := new(int8Choice)
+	flag := new(actChoice)
 	var ls []*Linear
 	for i, out := range []int{128, 64, 64} {
 		w, s, bi := mx.Quantize(mx.RandomNormal(uint64(10+i), out, in), 64, 4)
-		ls = append(ls, &Linear{In: in, Out: out, Weight: w, Scales: s, Biases: bi, GroupSize: 64, Bits: 4, int8: flag})
+		ls = append(ls, &Linear{In: in, Out: out, Weight: w, Scales: s, Biases: bi, GroupSize: 64, Bits: 4, act: flag})
 	}
 	ls[0].Bias = mx.RandomNormal(20, 128)
 	ls[2].adapters = []*LoRA{{A: mx.RandomNormal(21, in, 4), B: mx.RandomNormal(22, 4, 64), Scale: 2}}

@@ -66,10 +66,10 @@ type Model struct {
 
 	ad adapterStack // the LoRA adapters over the frozen weights (adapter.go)
 
-	// int8 is SetInt8Decode's and SetInt8Prefill's choices, shared with the copies
-	// made from the model (WithParams, Fork) and read by every linear layer and the
-	// embedding.
-	int8 *int8Choice
+	// act is SetInt8Decode's, SetInt8Prefill's and SetBF16Prefill's choices, shared
+	// with the copies made from the model (WithParams, Fork) and read by every linear
+	// layer and the embedding.
+	act *actChoice
 
 	warnings []string
 }
@@ -93,7 +93,7 @@ func build(cfg Config, b mx.Backend, hasHead bool) (*Model, error) {
 		m.layers = append(m.layers, arch.NewBlock(&m.cfg, i))
 	}
 	m.ad.keep, m.ad.history = DefaultAdapterHistory, []*AdapterState{{}}
-	m.shareInt8(new(int8Choice))
+	m.shareAct(new(actChoice))
 	return m, nil
 }
 
@@ -137,6 +137,9 @@ type LoadOptions struct {
 	// Int8Prefill does the same for every product of many rows that no gradient
 	// flows through (Model.SetInt8Prefill): a prompt's prefill, scoring.
 	Int8Prefill bool
+	// BF16Prefill does it on bfloat16 activations for a bfloat16 checkpoint's weights
+	// kept at their width (Model.SetBF16Prefill).
+	BF16Prefill bool
 }
 
 // DTypeNames are the spellings ParseDType accepts, for help texts.
@@ -219,6 +222,7 @@ func LoadWithOptions(dir string, b mx.Backend, opts LoadOptions) (*Model, error)
 	}
 	m.SetInt8Decode(opts.Int8Decode)
 	m.SetInt8Prefill(opts.Int8Prefill)
+	m.SetBF16Prefill(opts.BF16Prefill)
 	return m, nil
 }
 
@@ -288,7 +292,7 @@ func (m *Model) CompactWeights(dt mx.DType) error {
 // without such a kernel. The model and every copy made from it (WithParams,
 // Fork: a chat's, a test-time-training step's) share the choice, before the
 // call or after: an open chat switches at its next step.
-func (m *Model) SetInt8Decode(on bool) { m.int8.decode.Store(on) }
+func (m *Model) SetInt8Decode(on bool) { m.act.decode.Store(on) }
 
 // SetInt8Prefill is SetInt8Decode for products of many rows no gradient flows
 // through: a prompt's prefill, and scoring (a decision's options, a validation
@@ -297,71 +301,103 @@ func (m *Model) SetInt8Decode(on bool) { m.int8.decode.Store(on) }
 // for many rows (the cpu backend with AVX-512 VNNI: two to three times dequantized sgemm's
 // speed on Qwen3-0.6B's products, BenchmarkMatMulTInt8) a prompt reads that
 // much faster, for the same kind of loss as decoding's
-// (TestInt8PrefillPerplexity). Shared as SetInt8Decode's choice is.
-func (m *Model) SetInt8Prefill(on bool) { m.int8.prefill.Store(on) }
+// (TestRoundedPrefillPerplexity). Shared as SetInt8Decode's choice is.
+func (m *Model) SetInt8Prefill(on bool) { m.act.prefill.Store(on) }
 
-// int8Choice is a model's choices of products on 8-bit activations, for one row
-// (SetInt8Decode) and for many (SetInt8Prefill).
-type int8Choice struct{ decode, prefill atomic.Bool }
+// SetBF16Prefill is SetInt8Prefill for the bfloat16 weight matrices a float32 load of a
+// bfloat16 checkpoint keeps at their width (LoadOptions.DType): every product of many
+// rows no gradient flows through rounds its activations to bfloat16 and multiplies them
+// by the weights in pairs (mx.MatmulTBF16), as llama.cpp multiplies its 16-bit weights.
+// Products of two bfloat16 values are exact, so only the rounding of the activations
+// differs: each value moves by at most 2⁻⁹ of itself. Where the backend has the kernel
+// (the cpu backend on CPUs with AVX-512 BF16: about twice the widened tiles' speed on
+// Qwen3-0.6B's products, BenchmarkHalfMatMulTBF16) a prompt reads that much faster, for
+// a small loss (TestRoundedPrefillPerplexity). One row (a decode step) stays exact, as
+// does every product elsewhere. Shared as SetInt8Decode's choice is.
+func (m *Model) SetBF16Prefill(on bool) { m.act.bf16.Store(on) }
 
-// takes reports whether a product of x is chosen to take 8-bit activations.
-func (c *int8Choice) takes(x *mx.Array) bool {
-	if x.Ndim() > 0 && x.Size() != x.Dim(x.Ndim()-1) {
+// actChoice is a model's choices of products on rounded activations: on 8 bits for
+// one row (SetInt8Decode) and for many (SetInt8Prefill), on bfloat16 for many
+// (SetBF16Prefill).
+type actChoice struct{ decode, prefill, bf16 atomic.Bool }
+
+// rows reports whether x holds more than one row (a prompt, not a decode step).
+func rows(x *mx.Array) bool { return x.Ndim() > 0 && x.Size() != x.Dim(x.Ndim()-1) }
+
+// takes reports whether a product of x by quantized weights is chosen to take 8-bit
+// activations.
+func (c *actChoice) takes(x *mx.Array) bool {
+	if rows(x) {
 		return c.prefill.Load()
 	}
 	return c.decode.Load()
 }
 
-// shareInt8 makes c m's choice and every linear layer's and the embedding's.
-func (m *Model) shareInt8(c *int8Choice) {
-	m.int8 = c
+// takesBF16 reports whether a product of x by 16-bit weights is chosen to take
+// bfloat16 activations (never for a layer outside a model, which has no choices).
+func (c *actChoice) takesBF16(x *mx.Array) bool { return c != nil && rows(x) && c.bf16.Load() }
+
+// shareAct makes c m's choice and every linear layer's and the embedding's.
+func (m *Model) shareAct(c *actChoice) {
+	m.act = c
 	_ = m.forEachModule(func(_ string, mod any) error {
 		switch l := mod.(type) {
 		case *Linear:
-			l.int8 = c
+			l.act = c
 		case *Embedding:
-			l.int8 = c
+			l.act = c
 		}
 		return nil
 	})
 }
 
-// int8Runs reports whether a decode step (decode) and a prompt's prefill
-// (prefill) take the integer kernels: the choice is on and some quantized layer
-// (a linear one, or the embedding where it is the output projection) has bits
-// the backend multiplies so, one row or many. One walk over the modules serves
-// both, and none where neither choice is on.
-func (m *Model) int8Runs() (decode, prefill bool) {
-	d, p := m.int8.decode.Load(), m.int8.prefill.Load()
-	if !d && !p {
-		return false, false
+// actRuns reports whether a decode step (decode) and a prompt's prefill (prefill)
+// take the integer kernels, and whether a prefill takes bfloat16 activations (bf16):
+// the choice is on and some layer (a linear one, or the embedding where it is the
+// output projection) is quantized to bits the backend multiplies so, one row or many,
+// or is a bfloat16 matrix it multiplies in pairs. One walk over the modules serves all
+// three, and none where no choice is on.
+func (m *Model) actRuns() (decode, prefill, bf16 bool) {
+	d, p, h := m.act.decode.Load(), m.act.prefill.Load(), m.act.bf16.Load()
+	if !d && !p && !h {
+		return false, false, false
 	}
 	_ = m.forEachModule(func(_ string, mod any) error {
+		var w *mx.Array
 		bits := 0
 		switch l := mod.(type) {
 		case *Linear:
+			w = l.Weight
 			if l.quantized() {
 				bits = l.Bits
 			}
 		case *Embedding:
-			if m.LMHead == nil && l.quantized() {
-				bits = l.Bits
+			if m.LMHead == nil {
+				w = l.Weight
+				if l.quantized() {
+					bits = l.Bits
+				}
 			}
 		}
 		if bits > 0 {
 			decode = decode || d && mx.HasQuantizedA8(m.b, bits)
 			prefill = prefill || p && mx.HasQuantizedA8Rows(m.b, bits)
+		} else if w != nil {
+			bf16 = bf16 || h && mx.HasBF16Rows(w)
 		}
 		return nil
 	})
-	return decode, prefill
+	return decode, prefill, bf16
 }
 
 // Int8Decode reports SetInt8Decode's choice.
-func (m *Model) Int8Decode() bool { return m.int8.decode.Load() }
+func (m *Model) Int8Decode() bool { return m.act.decode.Load() }
 
 // Int8Prefill reports SetInt8Prefill's choice.
-func (m *Model) Int8Prefill() bool { return m.int8.prefill.Load() }
+func (m *Model) Int8Prefill() bool { return m.act.prefill.Load() }
+
+// BF16Prefill reports SetBF16Prefill's choice.
+func (m *Model) BF16Prefill() bool { return m.act.bf16.Load() }
 
 // keptCompact reports whether a checkpoint tensor of ndim dimensions is what a
 // float32 load on b keeps compact: a weight matrix (a linear layer's or an embedding
@@ -443,7 +479,7 @@ func (m *Model) WithParams(params map[string]*mx.Array) (*Model, error) {
 	// The activations' dtype is the model's, not its table's: a compact 16-bit
 	// table under float32 activations (LoadOptions.DType).
 	cp.Embed.dtype = m.Embed.dtype
-	cp.shareInt8(m.int8)
+	cp.shareAct(m.act)
 	// Adapters are not weights of the base model; they ride along unchanged.
 	st := m.adapterState()
 	cp.ad.keep, cp.ad.history = 0, nil

@@ -232,8 +232,13 @@ func (st Stats) String() string {
 	if st.Int8Decode {
 		int8 = " (int8)"
 	}
-	if st.Int8Prefill {
+	switch {
+	case st.Int8Prefill && st.BF16Prefill:
+		int8p = " (int8, bf16)"
+	case st.Int8Prefill:
 		int8p = " (int8)"
+	case st.BF16Prefill:
+		int8p = " (bf16)"
 	}
 	return fmt.Sprintf("[%d prompt tokens (%d reused), %d generated, first token %d ms, prefill %.1f tok/s%s, decode %.1f tok/s%s, KV cache %.1f MiB, peak %.0f MiB, %s]",
 		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, int8p, st.DecodeTPS, int8,
