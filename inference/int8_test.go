@@ -158,7 +158,9 @@ func prefillChoices() []prefillChoice {
 	}
 	return append(cs, prefillChoice{"bfloat16, bf16", bf16Demo,
 		(*inference.Model).SetBF16Prefill, (*inference.Model).BF16Prefill,
-		func(m *inference.Model) bool { return mx.HasBF16Rows(m.Params()["model.layers.0.mlp.up_proj.weight"]) }})
+		func(m *inference.Model) bool {
+			return mx.TakesBF16Rows(m.Params()["model.layers.0.mlp.up_proj.weight"])
+		}})
 }
 
 // bf16Demo is the demo model with its weight matrices rounded to bfloat16 and kept

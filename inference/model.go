@@ -383,7 +383,7 @@ func (m *Model) actRuns() (decode, prefill, bf16 bool) {
 			decode = decode || d && mx.HasQuantizedA8(m.b, bits)
 			prefill = prefill || p && mx.HasQuantizedA8Rows(m.b, bits)
 		} else if w != nil {
-			bf16 = bf16 || h && mx.HasBF16Rows(w)
+			bf16 = bf16 || h && mx.TakesBF16Rows(w)
 		}
 		return nil
 	})

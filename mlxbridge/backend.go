@@ -162,10 +162,12 @@ type (
 		HasA8Rows(bits int) bool
 	}
 	// BF16MatMuler computes x @ wᵀ with x rounded to bfloat16 (MatmulTBF16) for the
-	// bfloat16 matrices w it reports BF16Rows for: x float32 of any number of rows.
+	// bfloat16 matrices w it reports TakesBF16 for (x float32, any number of rows);
+	// HasBF16Rows reports whether it has the kernel at all (for some such w).
 	BF16MatMuler interface {
 		MatMulBF16(x, w *Array, out []int) (Handle, error)
-		BF16Rows(w *Array) bool
+		TakesBF16(w *Array) bool
+		HasBF16Rows() bool
 	}
 	// QuantizedMultiMatMuler computes QuantizedMatmuls in one call: x @ dequant(w)ᵀ
 	// for every 2-D matrix of ws, all of x's width and one scales dtype, into arrays

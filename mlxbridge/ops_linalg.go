@@ -68,7 +68,7 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 
 // MatmulTBF16 is MatmulT(x, w, false, true), x @ wᵀ (the Linear layer), with every
 // value of x rounded to bfloat16 where that is faster: w a bfloat16 matrix (N, K) the
-// backend multiplies in bfloat16 pairs (HasBF16Rows), x float32 with more than one row
+// backend multiplies in bfloat16 pairs (TakesBF16Rows), x float32 with more than one row
 // (a prompt), nothing traced. Products of two bfloat16 values are exact, so a result
 // moves only by x's rounding, at most 2⁻⁹ of each |w·x|, as llama.cpp multiplies its
 // 16-bit weights. Every row is rounded alone, so a row's result does not depend on the
@@ -76,7 +76,7 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 func MatmulTBF16(x, w *Array) *Array {
 	if x == nil || w == nil || x.err != nil || w.err != nil || x.dtype != Float32 || len(w.shape) != 2 ||
 		len(x.shape) < 2 || x.Size() == x.shape[len(x.shape)-1] || x.shape[len(x.shape)-1] != w.shape[1] ||
-		x.b != w.b || traced(x, w) || !HasBF16Rows(w) {
+		x.b != w.b || traced(x, w) || !TakesBF16Rows(w) {
 		return MatmulT(x, w, false, true)
 	}
 	out := append(clone(x.shape[:len(x.shape)-1]), w.shape[0])
@@ -85,14 +85,22 @@ func MatmulTBF16(x, w *Array) *Array {
 	return newArray("matmul_bf16", x.b, h, err, out, Float32)
 }
 
-// HasBF16Rows reports whether MatmulTBF16 multiplies many rows of x by w in bfloat16
-// pairs on w's backend (elsewhere it is the exact product).
-func HasBF16Rows(w *Array) bool {
+// TakesBF16Rows reports whether MatmulTBF16 multiplies many rows of x by w in
+// bfloat16 pairs on w's backend (elsewhere it is the exact product).
+func TakesBF16Rows(w *Array) bool {
 	if w == nil || w.err != nil || w.dtype != BFloat16 {
 		return false
 	}
 	q, ok := w.b.(BF16MatMuler)
-	return ok && q.BF16Rows(w)
+	return ok && q.TakesBF16(w)
+}
+
+// HasBF16Rows reports whether MatmulTBF16 multiplies by some matrices in bfloat16
+// pairs on b: on the cpu backend, a 16-bit checkpoint's weights kept compact, on a
+// CPU with AVX-512 BF16.
+func HasBF16Rows(b Backend) bool {
+	q, ok := b.(BF16MatMuler)
+	return ok && q.HasBF16Rows()
 }
 
 // lowRankRows is the most rows of x AddLowRank hands to a fused kernel: a

@@ -83,7 +83,7 @@ func (s *suite) matmulBF16(t *testing.T) {
 	x := s.arr(xv, 5, K)
 	exact := get(t, mx.MatmulT(x, c, false, true))
 	got := mx.MatmulTBF16(x, c)
-	if !mx.HasBF16Rows(c) {
+	if !mx.TakesBF16Rows(c) {
 		expect(t, "matmul_bf16 where the backend has no kernel", got, []int{5, N}, exact, 0, 0)
 	} else {
 		g, wv := get(t, got), get(t, c)
@@ -99,8 +99,11 @@ func (s *suite) matmulBF16(t *testing.T) {
 			}
 		}
 		expect(t, "matmul_bf16 of two of the five rows", mx.MatmulTBF16(mx.SliceAxis(x, 0, 1, 3), c), []int{2, N}, g[N:3*N], 0, 0)
-		if mx.HasBF16Rows(w) && w != c {
-			t.Error("HasBF16Rows holds for a bfloat16 matrix that is not compact")
+		if mx.TakesBF16Rows(w) && w != c {
+			t.Error("TakesBF16Rows holds for a bfloat16 matrix that is not compact")
+		}
+		if !mx.HasBF16Rows(c.Backend()) {
+			t.Error("TakesBF16Rows holds on a backend whose HasBF16Rows does not")
 		}
 	}
 	x1 := mx.SliceAxis(x, 0, 2, 3)

@@ -320,20 +320,23 @@ func (be *Backend) ScatterAddAlongAxis(upd, idx *mx.Array, axis int, shape []int
 	return fbuf(out), nil
 }
 
-// BF16Rows reports whether MatMulBF16 multiplies many rows by w in bfloat16 pairs: w a
-// compact bfloat16 matrix (a 16-bit checkpoint's weights, mx.Compact) and a CPU with
-// AVX-512 BF16.
-func (be *Backend) BF16Rows(w *mx.Array) bool {
+// TakesBF16 reports whether MatMulBF16 multiplies many rows by w in bfloat16 pairs: w
+// a compact bfloat16 matrix (a 16-bit checkpoint's weights, mx.Compact) and a CPU
+// with AVX-512 BF16.
+func (be *Backend) TakesBF16(w *mx.Array) bool {
 	return w.DType() == mx.BFloat16 && len(w.Shape()) == 2 && raw(w).s != nil && qmm.HasBF16Rows()
 }
 
+// HasBF16Rows reports whether this CPU has the bfloat16 dot-product kernel.
+func (be *Backend) HasBF16Rows() bool { return qmm.HasBF16Rows() }
+
 // MatMulBF16 is x @ wᵀ with x rounded to bfloat16 (mx.MatmulTBF16), by qmm's
-// bfloat16 dot-product kernel where BF16Rows holds, else exactly.
+// bfloat16 dot-product kernel where TakesBF16 holds, else exactly.
 func (be *Backend) MatMulBF16(x, w *mx.Array, out []int) (mx.Handle, error) {
 	ws := w.Shape()
 	n, k := ws[0], ws[1]
 	m := numel(out) / max(n, 1)
-	if be.BF16Rows(w) {
+	if be.TakesBF16(w) {
 		res := newF(numel(out))
 		qmm.HalfMatMulTBF16(res, h(x).f, m, k, raw(w).s, n)
 		return fbuf(res), nil
