@@ -100,7 +100,7 @@ func TestInt8DecodeFlag(t *testing.T) {
 	if code := Run(ctx, []string{"generate", "--prompt", "hello", "--max-tokens", "3", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}, strings.NewReader(""), &out, &errb); code != 0 || strings.Contains(errb.String(), "(int8)") {
 		t.Errorf("generate without --int8-decode: exit %d, stats %s", code, errb.String())
 	}
-	workspaceInt8(t, dataDir, dir, Options{Int8Decode: true}, (*inference.Model).Int8Decode, (*Workspace).Int8Decode, (*Workspace).SetInt8Decode)
+	workspaceChoice(t, dataDir, dir, Options{Int8Decode: true}, (*inference.Model).Int8Decode, (*Workspace).Int8Decode, (*Workspace).SetInt8Decode)
 }
 
 // --int8-prefill reaches generate, whose stats line says the prompt was read on
@@ -130,7 +130,7 @@ func TestInt8PrefillFlag(t *testing.T) {
 			t.Errorf("generate --int8-prefill=%v: the stats line says int8 prefill %v, want %v:\n%s", flag, said, want, errb.String())
 		}
 	}
-	workspaceInt8(t, dataDir, dir, Options{Int8Prefill: true}, (*inference.Model).Int8Prefill, (*Workspace).Int8Prefill, (*Workspace).SetInt8Prefill)
+	workspaceChoice(t, dataDir, dir, Options{Int8Prefill: true}, (*inference.Model).Int8Prefill, (*Workspace).Int8Prefill, (*Workspace).SetInt8Prefill)
 	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Prefill: true})
 	if err != nil {
 		t.Fatal(err)
@@ -141,10 +141,10 @@ func TestInt8PrefillFlag(t *testing.T) {
 	}
 }
 
-// workspaceInt8 checks one 8-bit-activation choice of a Workspace opened with it
+// workspaceChoice checks one rounded-activation choice of a Workspace opened with it
 // on (opt): the models it loads have it (on) and so does it (wsOn); SetDType keeps
 // it; set(false) clears it on a loaded model and on an open chat's copy of it.
-func workspaceInt8(t *testing.T, dataDir, dir string, opt Options, on func(*inference.Model) bool, wsOn func(*Workspace) bool, set func(*Workspace, bool)) {
+func workspaceChoice(t *testing.T, dataDir, dir string, opt Options, on func(*inference.Model) bool, wsOn func(*Workspace) bool, set func(*Workspace, bool)) {
 	t.Helper()
 	ctx := context.Background()
 	opt.DataDir, opt.Backend = dataDir, "cpu"
@@ -170,6 +170,51 @@ func workspaceInt8(t *testing.T, dataDir, dir string, opt Options, on func(*infe
 	fork := m.Fork() // as an open chat holds
 	set(w, false)
 	if on(m) || on(fork) || wsOn(w) {
-		t.Errorf("turning the choice off left a loaded model (%v) or an open chat's copy of it (%v) on 8-bit activations", on(m), on(fork))
+		t.Errorf("turning the choice off left it on in a loaded model (%v) or an open chat's copy of it (%v)", on(m), on(fork))
+	}
+}
+
+// --bf16-prefill reaches generate on a bfloat16 checkpoint (loaded as float32, its
+// weights kept at 16 bits), whose stats line says the prompt was read on bfloat16
+// activations where the backend can (and not otherwise, nor without the flag); the
+// Workspace loads models with the choice, SetDType keeps it, and SetBF16Prefill
+// switches loaded models and open chats' copies, leaving the int8 choices alone.
+func TestBF16PrefillFlag(t *testing.T) {
+	ctx := context.Background()
+	b, _ := mx.Open("cpu")
+	m, err := inference.Load(inferencetest.Demo(t), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CastFloats(mx.BFloat16); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "demo-bf16")
+	if err := inference.SaveModelFrom(m, inferencetest.Demo(t), dir); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	for _, flag := range []bool{true, false} {
+		args := []string{"generate", "--prompt", "hello there, how are you", "--max-tokens", "3", "--temp", "0", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}
+		if flag {
+			args = append(args, "--bf16-prefill")
+		}
+		var out, errb bytes.Buffer
+		if code := Run(ctx, args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("generate --bf16-prefill=%v exited %d: %s", flag, code, errb.String())
+		}
+		said := regexp.MustCompile(`prefill [0-9.]+ tok/s \(bf16\)`).MatchString(errb.String())
+		if want := flag && mx.HasBF16Rows(b); said != want {
+			t.Errorf("generate --bf16-prefill=%v: the stats line says bf16 prefill %v, want %v:\n%s", flag, said, want, errb.String())
+		}
+	}
+	workspaceChoice(t, dataDir, dir, Options{BF16Prefill: true}, (*inference.Model).BF16Prefill, (*Workspace).BF16Prefill, (*Workspace).SetBF16Prefill)
+	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", BF16Prefill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if m, _, err := w.SharedModel(ctx, dir); err != nil || m.Int8Decode() || m.Int8Prefill() {
+		t.Errorf("opened with BF16Prefill alone, the model takes an int8 choice (%v)", err)
 	}
 }

@@ -147,7 +147,7 @@ func (w *Workspace) SetDType(dtype string) error {
 	w.loadMu.Lock()
 	defer w.loadMu.Unlock()
 	old := w.loadOpts.Load()
-	load.Int8Decode, load.Int8Prefill = old.Int8Decode, old.Int8Prefill
+	load.Int8Decode, load.Int8Prefill, load.BF16Prefill = old.Int8Decode, old.Int8Prefill, old.BF16Prefill
 	w.loadOpts.Store(&load)
 	clear(w.loaded)
 	return nil
@@ -166,12 +166,12 @@ func (w *Workspace) Int8DecodeRuns() bool { return mx.HasQuantizedA8(w.Backend, 
 // switch at their next reply; a run in progress is not touched (training is exact
 // either way).
 func (w *Workspace) SetInt8Decode(on bool) {
-	w.setInt8(func(o *inference.LoadOptions) { o.Int8Decode = on }, func(m *inference.Model) { m.SetInt8Decode(on) })
+	w.setAct(func(o *inference.LoadOptions) { o.Int8Decode = on }, func(m *inference.Model) { m.SetInt8Decode(on) })
 }
 
-// setInt8 records an 8-bit-activation choice in the load options (set) and makes
+// setAct records a rounded-activation choice in the load options (set) and makes
 // it on every loaded model (apply), under the load lock.
-func (w *Workspace) setInt8(set func(*inference.LoadOptions), apply func(*inference.Model)) {
+func (w *Workspace) setAct(set func(*inference.LoadOptions), apply func(*inference.Model)) {
 	w.loadMu.Lock()
 	defer w.loadMu.Unlock()
 	load := *w.loadOpts.Load()
@@ -196,7 +196,24 @@ func (w *Workspace) Int8PrefillRuns() bool { return mx.HasQuantizedA8Rows(w.Back
 // their decode steps: every product of many rows no gradient flows through, so a
 // decision's scoring too. Loaded models and open chats switch at their next call.
 func (w *Workspace) SetInt8Prefill(on bool) {
-	w.setInt8(func(o *inference.LoadOptions) { o.Int8Prefill = on }, func(m *inference.Model) { m.SetInt8Prefill(on) })
+	w.setAct(func(o *inference.LoadOptions) { o.Int8Prefill = on }, func(m *inference.Model) { m.SetInt8Prefill(on) })
+}
+
+// BF16Prefill reports whether prompts of bfloat16 models are read on bfloat16
+// activations (Options.BF16Prefill).
+func (w *Workspace) BF16Prefill() bool { return w.loadOpts.Load().BF16Prefill }
+
+// BF16PrefillRuns reports whether that choice changes anything here: whether the
+// backend multiplies many rows by bfloat16 weights in bfloat16 pairs (the cpu
+// backend on CPUs with AVX-512 BF16, for a bfloat16 checkpoint loaded as float32,
+// whose weights stay 16-bit; elsewhere prompts are read exactly).
+func (w *Workspace) BF16PrefillRuns() bool { return mx.HasBF16Rows(w.Backend) }
+
+// SetBF16Prefill chooses whether prompts of bfloat16 models are read on bfloat16
+// activations from now on (Options.BF16Prefill), as SetInt8Prefill chooses for 4-
+// and 8-bit models. Loaded models and open chats switch at their next call.
+func (w *Workspace) SetBF16Prefill(on bool) {
+	w.setAct(func(o *inference.LoadOptions) { o.BF16Prefill = on }, func(m *inference.Model) { m.SetBF16Prefill(on) })
 }
 
 func isDir(p string) bool {

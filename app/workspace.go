@@ -31,6 +31,10 @@ type Options struct {
 	// Int8Prefill reads prompts of 4- and 8-bit models on 8-bit activations
 	// (inference.LoadOptions.Int8Prefill); SetInt8Prefill changes it.
 	Int8Prefill bool
+	// BF16Prefill reads prompts of bfloat16 models, loaded as float32 with their
+	// weights kept at 16 bits, on bfloat16 activations
+	// (inference.LoadOptions.BF16Prefill); SetBF16Prefill changes it.
+	BF16Prefill bool
 }
 
 // Workspace is the one API the command line, the window and the adaptation loops
@@ -73,7 +77,7 @@ func Open(ctx context.Context, opt Options) (*Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	load.Int8Decode, load.Int8Prefill = opt.Int8Decode, opt.Int8Prefill
+	load.Int8Decode, load.Int8Prefill, load.BF16Prefill = opt.Int8Decode, opt.Int8Prefill, opt.BF16Prefill
 	name := opt.Backend
 	if name == "" {
 		name = "auto"

@@ -37,6 +37,7 @@ type chatScreen struct {
 	kvBits         *widget.RadioGroup
 	int8           *widget.Check // decode on 8-bit activations (Workspace.SetInt8Decode)
 	int8Prefill    *widget.Check // read prompts on 8-bit activations (Workspace.SetInt8Prefill)
+	bf16Prefill    *widget.Check // read prompts of bfloat16 models on bfloat16 activations (Workspace.SetBF16Prefill)
 
 	list   *fyne.Container // the messages
 	scroll *container.Scroll
@@ -111,6 +112,9 @@ func newChatScreen(u *UI) *chatScreen {
 	c.int8Prefill = choiceBox("Read prompts of 4- and 8-bit models on 8-bit activations (faster prompts and scoring; not exact: perplexity moves under 0.2%)",
 		"Read prompts on 8-bit activations (needs integer dot products for many rows, which this machine's backend lacks)",
 		ws.Int8Prefill(), ws.Int8PrefillRuns(), ws.SetInt8Prefill)
+	c.bf16Prefill = choiceBox("Read prompts of bfloat16 models on bfloat16 activations (about 1.6× faster prompts and scoring; not exact: perplexity moves under 0.1%)",
+		"Read prompts on bfloat16 activations (needs bfloat16 dot products, which this machine's backend lacks)",
+		ws.BF16Prefill(), ws.BF16PrefillRuns(), ws.SetBF16Prefill)
 
 	c.list = container.NewVBox()
 	c.scroll = container.NewVScroll(c.list)
@@ -145,7 +149,7 @@ func newChatScreen(u *UI) *chatScreen {
 			widget.NewFormItem("Adapt", c.ttt),
 			widget.NewFormItem("Memory", c.memory),
 			widget.NewFormItem("KV cache", c.kvBits),
-			widget.NewFormItem("Speed", container.NewVBox(c.int8, c.int8Prefill)),
+			widget.NewFormItem("Speed", container.NewVBox(c.int8, c.int8Prefill, c.bf16Prefill)),
 			widget.NewFormItem("", widget.NewButton("Measure the KV-cache tax of this model…", func() {
 				if c.model.Selected != "" {
 					c.showTax(c.model.Selected)
@@ -511,8 +515,13 @@ func replyStats(st app.ReplyStats) string {
 	if st.Int8Decode {
 		int8 = " on 8-bit activations"
 	}
-	if st.Int8Prefill {
+	switch {
+	case st.Int8Prefill && st.BF16Prefill:
+		int8p = " (prompt on 8-bit and bfloat16 activations)"
+	case st.Int8Prefill:
 		int8p = " (prompt on 8-bit activations)"
+	case st.BF16Prefill:
+		int8p = " (prompt on bfloat16 activations)"
 	}
 	return fmt.Sprintf("%d tokens · first token %d ms%s · %.1f tok/s%s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), int8p, st.DecodeTPS, int8, stopText(st.StopReason))
 }

@@ -369,51 +369,69 @@ func TestChatQuantizedKVChoice(t *testing.T) {
 	}
 }
 
-// The Chat screen's two 8-bit-activation choices (decode steps, prompts) are the
-// workspace's, each apart from the other: ticking a box sets its choice alone (and
-// keeps the chat), unticking clears it; where the backend has no integer kernels
-// for it a box is disabled and says why.
-func TestChatInt8Choices(t *testing.T) {
+// The Chat screen's three rounded-activation choices (8-bit decode steps, 8-bit
+// prompts, bfloat16 prompts) are the workspace's, each apart from the others: ticking
+// a box sets its choice alone (and keeps the chat), unticking clears it; where the
+// backend has no kernel for it a box is disabled and says why.
+func TestChatActivationChoices(t *testing.T) {
 	u, _ := openUI(t, t.TempDir())
 	c := u.chat
 	test.NewTempWindow(t, c.content)
-	for _, k := range []struct {
-		name      string
-		box       *widget.Check
-		on, other func() bool
-		runs      bool
+	ws := u.ws
+	choices := []struct {
+		name string
+		box  *widget.Check
+		on   func() bool
+		runs bool
 	}{
-		{"decode", c.int8, u.ws.Int8Decode, u.ws.Int8Prefill, u.ws.Int8DecodeRuns()},
-		{"prefill", c.int8Prefill, u.ws.Int8Prefill, u.ws.Int8Decode, u.ws.Int8PrefillRuns()},
-	} {
+		{"int8 decode", c.int8, ws.Int8Decode, ws.Int8DecodeRuns()},
+		{"int8 prefill", c.int8Prefill, ws.Int8Prefill, ws.Int8PrefillRuns()},
+		{"bf16 prefill", c.bf16Prefill, ws.BF16Prefill, ws.BF16PrefillRuns()},
+	}
+	for i, k := range choices {
+		others := func() (on bool) {
+			for j, o := range choices {
+				on = on || j != i && o.on()
+			}
+			return on
+		}
 		if !k.runs {
 			if !k.box.Disabled() || !strings.Contains(k.box.Text, "lacks") {
-				t.Fatalf("%s: no integer kernels here, yet the box is enabled or silent: %q", k.name, k.box.Text)
+				t.Fatalf("%s: no kernel here, yet the box is enabled or silent: %q", k.name, k.box.Text)
 			}
 			continue
 		}
 		if k.box.Checked || k.on() {
-			t.Fatalf("%s: 8-bit activations are on by default", k.name)
+			t.Fatalf("%s: on by default", k.name)
 		}
 		before := c.session
 		locked(u, func() { k.box.SetChecked(true) })
-		if !k.on() || k.other() {
-			t.Errorf("%s: ticking the box: this choice %v, the other %v", k.name, k.on(), k.other())
+		if !k.on() || others() {
+			t.Errorf("%s: ticking the box: this choice %v, another %v", k.name, k.on(), others())
 		}
 		if c.session != before {
 			t.Errorf("%s: ticking the box started a new chat", k.name)
 		}
 		locked(u, func() { k.box.SetChecked(false) })
 		if k.on() {
-			t.Errorf("%s: unticking the box left 8-bit activations on", k.name)
+			t.Errorf("%s: unticking the box left the choice on", k.name)
 		}
 	}
-	// A reply's line says which way it was decoded.
-	if on, off := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Decode: true}), replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50}); !strings.Contains(on, "8-bit activations") || strings.Contains(off, "8-bit") {
+	// A reply's line says which way it was decoded and its prompt read.
+	if on, off := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Decode: true}), replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50}); !strings.Contains(on, "8-bit activations") || strings.Contains(off, "8-bit") || strings.Contains(off, "bfloat16") {
 		t.Errorf("reply lines %q (int8) and %q (exact)", on, off)
 	}
-	if on := replyStats(app.ReplyStats{GeneratedTokens: 3, DecodeTPS: 50, Int8Prefill: true}); !strings.Contains(on, "prompt on 8-bit activations") {
-		t.Errorf("reply line %q (int8 prefill) does not say so", on)
+	for _, c := range []struct {
+		st   app.ReplyStats
+		want string
+	}{
+		{app.ReplyStats{Int8Prefill: true}, "prompt on 8-bit activations"},
+		{app.ReplyStats{BF16Prefill: true}, "prompt on bfloat16 activations"},
+		{app.ReplyStats{Int8Prefill: true, BF16Prefill: true}, "prompt on 8-bit and bfloat16 activations"},
+	} {
+		if line := replyStats(c.st); !strings.Contains(line, c.want) {
+			t.Errorf("reply line %q does not say %q", line, c.want)
+		}
 	}
 }
 
