@@ -109,36 +109,13 @@ func TestInt8DecodeFlag(t *testing.T) {
 // SetInt8Prefill switches loaded models and open chats' copies, leaving the decode
 // choice alone.
 func TestInt8PrefillFlag(t *testing.T) {
-	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "demo-q4")
 	if _, err := inference.QuantizeModel(inferencetest.Demo(t), dir, 4, 64); err != nil {
 		t.Fatal(err)
 	}
-	dataDir := t.TempDir()
 	b, _ := mx.Open("cpu")
-	for _, flag := range []bool{true, false} {
-		args := []string{"generate", "--prompt", "hello there, how are you", "--max-tokens", "3", "--temp", "0", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}
-		if flag {
-			args = append(args, "--int8-prefill")
-		}
-		var out, errb bytes.Buffer
-		if code := Run(ctx, args, strings.NewReader(""), &out, &errb); code != 0 {
-			t.Fatalf("generate --int8-prefill=%v exited %d: %s", flag, code, errb.String())
-		}
-		said := regexp.MustCompile(`prefill [0-9.]+ tok/s \(int8\)`).MatchString(errb.String())
-		if want := flag && mx.HasQuantizedA8Rows(b, 4); said != want {
-			t.Errorf("generate --int8-prefill=%v: the stats line says int8 prefill %v, want %v:\n%s", flag, said, want, errb.String())
-		}
-	}
-	workspaceChoice(t, dataDir, dir, Options{Int8Prefill: true}, (*inference.Model).Int8Prefill, (*Workspace).Int8Prefill, (*Workspace).SetInt8Prefill)
-	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", Int8Prefill: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if m, _, err := w.SharedModel(ctx, dir); err != nil || m.Int8Decode() {
-		t.Errorf("opened with Int8Prefill alone, the model decodes on 8-bit activations (%v)", err)
-	}
+	prefillFlag(t, dir, "int8", mx.HasQuantizedA8Rows(b, 4), Options{Int8Prefill: true},
+		(*inference.Model).Int8Prefill, (*Workspace).Int8Prefill, (*Workspace).SetInt8Prefill)
 }
 
 // workspaceChoice checks one rounded-activation choice of a Workspace opened with it
@@ -174,13 +151,10 @@ func workspaceChoice(t *testing.T, dataDir, dir string, opt Options, on func(*in
 	}
 }
 
-// --bf16-prefill reaches generate on a bfloat16 checkpoint (loaded as float32, its
-// weights kept at 16 bits), whose stats line says the prompt was read on bfloat16
-// activations where the backend can (and not otherwise, nor without the flag); the
-// Workspace loads models with the choice, SetDType keeps it, and SetBF16Prefill
-// switches loaded models and open chats' copies, leaving the int8 choices alone.
+// --bf16-prefill is --int8-prefill for a bfloat16 checkpoint (loaded as float32, its
+// weights kept at 16 bits): the stats line says "(bf16)" where the backend has
+// bfloat16 dot products, and the Workspace's choice behaves as the int8 ones do.
 func TestBF16PrefillFlag(t *testing.T) {
-	ctx := context.Background()
 	b, _ := mx.Open("cpu")
 	m, err := inference.Load(inferencetest.Demo(t), b)
 	if err != nil {
@@ -193,28 +167,51 @@ func TestBF16PrefillFlag(t *testing.T) {
 	if err := inference.SaveModelFrom(m, inferencetest.Demo(t), dir); err != nil {
 		t.Fatal(err)
 	}
+	prefillFlag(t, dir, "bf16", mx.HasBF16Rows(b), Options{BF16Prefill: true},
+		(*inference.Model).BF16Prefill, (*Workspace).BF16Prefill, (*Workspace).SetBF16Prefill)
+}
+
+// prefillFlag checks --<tag>-prefill on the model in dir: generate's stats line says
+// "prefill … tok/s (<tag>)" exactly when the flag is given and the backend runs it
+// (runs); a Workspace opened with the choice (opt) passes workspaceChoice, and its
+// models take no other rounded-activation choice.
+func prefillFlag(t *testing.T, dir, tag string, runs bool, opt Options, on func(*inference.Model) bool, wsOn func(*Workspace) bool, set func(*Workspace, bool)) {
+	t.Helper()
+	ctx := context.Background()
 	dataDir := t.TempDir()
 	for _, flag := range []bool{true, false} {
 		args := []string{"generate", "--prompt", "hello there, how are you", "--max-tokens", "3", "--temp", "0", "--model", dir, "--backend", "cpu", "--data-dir", dataDir}
 		if flag {
-			args = append(args, "--bf16-prefill")
+			args = append(args, "--"+tag+"-prefill")
 		}
 		var out, errb bytes.Buffer
 		if code := Run(ctx, args, strings.NewReader(""), &out, &errb); code != 0 {
-			t.Fatalf("generate --bf16-prefill=%v exited %d: %s", flag, code, errb.String())
+			t.Fatalf("generate --%s-prefill=%v exited %d: %s", tag, flag, code, errb.String())
 		}
-		said := regexp.MustCompile(`prefill [0-9.]+ tok/s \(bf16\)`).MatchString(errb.String())
-		if want := flag && mx.HasBF16Rows(b); said != want {
-			t.Errorf("generate --bf16-prefill=%v: the stats line says bf16 prefill %v, want %v:\n%s", flag, said, want, errb.String())
+		said := regexp.MustCompile(`prefill [0-9.]+ tok/s \(` + tag + `\)`).MatchString(errb.String())
+		if want := flag && runs; said != want {
+			t.Errorf("generate --%s-prefill=%v: the stats line says so %v, want %v:\n%s", tag, flag, said, want, errb.String())
 		}
 	}
-	workspaceChoice(t, dataDir, dir, Options{BF16Prefill: true}, (*inference.Model).BF16Prefill, (*Workspace).BF16Prefill, (*Workspace).SetBF16Prefill)
-	w, err := Open(ctx, Options{DataDir: dataDir, Backend: "cpu", BF16Prefill: true})
+	workspaceChoice(t, dataDir, dir, opt, on, wsOn, set)
+	opt.DataDir, opt.Backend = dataDir, "cpu"
+	w, err := Open(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if m, _, err := w.SharedModel(ctx, dir); err != nil || m.Int8Decode() || m.Int8Prefill() {
-		t.Errorf("opened with BF16Prefill alone, the model takes an int8 choice (%v)", err)
+	m, _, err := w.SharedModel(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if n := btoi(m.Int8Decode()) + btoi(m.Int8Prefill()) + btoi(m.BF16Prefill()); n != 1 || !on(m) {
+		t.Errorf("opened with --%s-prefill alone, the model takes %d rounded-activation choices", tag, n)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
