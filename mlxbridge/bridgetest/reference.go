@@ -165,6 +165,11 @@ func (s *suite) reference(t *testing.T) {
 			expect(t, "sdpa", mx.ScaledDotProductAttention(q, k, v, 0.4, causal, m), []int{2, 4, 3, 3}, want, atol, rtol)
 		}
 	}
+	// A prompt's causal attention, long enough for the cpu backend to go a block of rows
+	// at a time, the last block short, after 20 cached positions.
+	q, k, v = s.randn(13, 1, 4, 150, 16), s.randn(14, 1, 2, 170, 16), s.randn(15, 1, 2, 170, 8)
+	want = sdpaRef(get(t, q), get(t, k), get(t, v), nil, t, 1, 4, 2, 150, 170, 16, 8, 0.25, true)
+	expect(t, "sdpa causal, 150 rows", mx.ScaledDotProductAttention(q, k, v, 0.25, true, nil), []int{1, 4, 150, 8}, want, atol, rtol)
 
 	// Attention over keys in parts: the reference over the joined keys, for
 	// one and two query rows, an empty part, head sizes off the 8-lane width,

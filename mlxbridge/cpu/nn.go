@@ -185,20 +185,46 @@ func (a *attention) probs(bh int, p []float32) {
 func (a *attention) kvHead(bh int) int { return bh/a.hq*a.hkv + bh%a.hq/(a.hq/a.hkv) }
 
 // SDPA runs one (batch, head) at a time: scores = q·kᵀ through sgemm, the mask and a
-// softmax per row, then probabilities·v through sgemm. Heads run in parallel.
+// softmax per row, then probabilities·v through sgemm. Heads run in parallel. A causal
+// attention without a mask over many rows (a prompt's) goes a block of rows at a time
+// (causalBlocks).
 func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) (mx.Handle, error) {
 	a := newAttention(q, k, v, scale, causal, mask)
 	out := newF(a.b * a.hq * a.l * a.dv)
+	blocks := a.causal && a.mst == nil && a.l >= 2*causalBlock
 	parallel(a.b*a.hq, 1, func(lo, hi int) {
 		p := make([]float32, a.l*a.s)
 		for bh := lo; bh < hi; bh++ {
-			a.probs(bh, p)
 			kv := a.kvHead(bh)
+			if blocks {
+				a.causalBlocks(bh, kv, p, out)
+				continue
+			}
+			a.probs(bh, p)
 			sgemmOne(false, false, a.l, a.dv, a.s, p, a.s, a.v[kv*a.s*a.dv:], a.dv, 0, out[bh*a.l*a.dv:], a.dv)
 		}
 	})
 	roundTo(q.DType(), out)
 	return fbuf(out), nil
+}
+
+// causalBlock is how many query rows causalBlocks takes at a time.
+const causalBlock = 64
+
+// causalBlocks is SDPA's head bh (kv head kv) for a causal attention without a mask,
+// causalBlock rows at a time: rows i0..i1 see the first s−l+i1 keys at most, so the
+// scores and values of the keys none of them sees (the masked triangle, almost half of
+// a fresh prompt's attention) are not computed. p holds a block's probabilities, n keys
+// a row.
+func (a *attention) causalBlocks(bh, kv int, p, out []float32) {
+	l, s, d, dv := a.l, a.s, a.d, a.dv
+	for i0 := 0; i0 < l; i0 += causalBlock {
+		i1 := min(l, i0+causalBlock)
+		nr, n := i1-i0, s-l+i1
+		sgemmOne(false, true, nr, n, d, a.q[(bh*l+i0)*d:], d, a.k[kv*s*d:], d, 0, p, n)
+		softmaxCausalRows(p, nr, n, s-l+1+i0, a.scale)
+		sgemmOne(false, false, nr, dv, n, p, n, a.v[kv*s*dv:], dv, 0, out[(bh*l+i0)*dv:], dv)
+	}
 }
 
 // attendGrain is the work (query rows × keys × head widths) of a group of heads
