@@ -50,17 +50,44 @@ TARGET void qmm_round_bf16(const float *x, long n, uint16_t *xb) {
 	}
 }
 
+// transpose16 transposes the 16x16 matrix of 32-bit values whose rows are r[0..15], in
+// place: four stages, each swapping the off-diagonal blocks of width h (8, 4, 2, 1) of
+// every diagonal block of width 2h, two two-source permutes a pair of rows.
+INLINE TARGET void transpose16(__m512i r[16]) {
+	_Pragma("GCC unroll 4") for (int h = 8; h >= 1; h /= 2) {
+		int ia[16], ib[16];
+		for (int j = 0; j < 16; j++) {
+			ia[j] = (j & h) ? 16 + j - h : j;
+			ib[j] = (j & h) ? 16 + j : j + h;
+		}
+		const __m512i xa = _mm512_loadu_si512(ia), xb = _mm512_loadu_si512(ib);
+		_Pragma("GCC unroll 16") for (int a = 0; a < 16; a++) {
+			if (a & h) continue;
+			const __m512i ra = r[a], rb = r[a + h];
+			r[a] = _mm512_permutex2var_epi32(ra, xa, rb);
+			r[a + h] = _mm512_permutex2var_epi32(ra, xb, rb);
+		}
+	}
+}
+
 // Repacks rows [n, n+rows) of W (rows <= 16, K values each) into a panel of KP = (K+1)/2 lines:
 // line p holds values 2p and 2p+1 of row r at bytes 4r..4r+3 (a zero past K; rows past
-// `rows` zero).
+// `rows` zero). Whole blocks of 16 pairs go through transpose16; the rest one pair at a time.
 TARGET static void repack(const uint16_t *w, int K, int n, int rows, uint32_t *pw) {
-	const int KP = (K + 1) / 2;
-	if (rows < PR)
-		for (long i = 0; i < (long)KP * PR; i += 16) _mm512_storeu_si512(pw + i, _mm512_setzero_si512());
+	const int KP = (K + 1) / 2, KB = K / 32 * 32;
+	for (int k = 0; k < KB; k += 32) {
+		__m512i r[16];
+		_Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)
+			r[i] = i < rows ? _mm512_loadu_si512(w + (long)(n + i) * K + k) : _mm512_setzero_si512();
+		transpose16(r);
+		_Pragma("GCC unroll 16") for (int p = 0; p < 16; p++) _mm512_storeu_si512(pw + (long)(k / 2 + p) * PR, r[p]);
+	}
+	if (KB == K) return;
+	for (long i = (long)(KB / 2) * PR; i < (long)KP * PR; i++) pw[i] = 0;
 	for (int r = 0; r < rows; r++) {
 		const uint16_t *p = w + (long)(n + r) * K;
 		uint32_t *d = pw + r;
-		for (int i = 0; i < K / 2; i++) {
+		for (int i = KB / 2; i < K / 2; i++) {
 			uint32_t v;
 			memcpy(&v, p + 2 * i, 4);
 			d[(long)i * PR] = v;
