@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/inloop/inloop/mlxbridge/cpu/internal/blas"
@@ -525,4 +526,32 @@ func kernelOnThisThread(w *weights, x []float32) func(out []float32) {
 	return func(out []float32) {
 		C.qmm_gemv_t(&w.c, (*C.float)(&xp[0]), (*C.float)(&xsum[0]), 1, 0, C.int(w.N), (*C.float)(&out[0]), C.int(w.N))
 	}
+}
+
+// streamedMin is the work (items × cost) from which streamed hands out chunks instead of
+// one range a core: the large matrices of a decode step (Qwen3-0.6B's in float32, 4 to 12
+// MB, and any model's output projection).
+const streamedMin = 8 << 20
+
+// streamed is parallel for a memory-bound loop (a decode step's matrix-vector product): a
+// large one is cut into four chunks a core, which the cores take in turn, so that a core
+// slowed by the other's memory traffic does fewer of them instead of leaving the other
+// waiting at the end. Qwen3-0.6B float32 decode, alternated in one process with halves a
+// core: 1.06-1.15x in three runs; SmolLM2-135M (all its block's matrices under
+// streamedMin, so only its output projection is chunked) unchanged.
+func streamed(n, align, costPerItem int, fn func(lo, hi int)) {
+	parts := len(split(n, align, costPerItem))
+	if parts <= 1 || n*costPerItem < streamedMin {
+		parallel(n, align, costPerItem, fn)
+		return
+	}
+	chunks := min(parts*4, (n+align-1)/align)
+	var next atomic.Int32
+	par.Run(parts, func(int) {
+		for c := int(next.Add(1)) - 1; c < chunks; c = int(next.Add(1)) - 1 {
+			if lo, hi := par.Bounds(n, align, chunks, c); hi > lo {
+				fn(lo, hi)
+			}
+		}
+	})
 }

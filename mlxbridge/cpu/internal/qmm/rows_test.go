@@ -12,7 +12,7 @@ import (
 func TestMatVecT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	forEachLevel(t, func(t *testing.T) {
-		for _, s := range [][2]int{{1, 1}, {3, 7}, {5, 16}, {9, 33}, {33, 64}, {70, 100}, {130, 576}} {
+		for _, s := range [][2]int{{1, 1}, {3, 7}, {5, 16}, {9, 33}, {33, 64}, {70, 100}, {130, 576}, {2103, 1024}} { // the last past streamedMin: chunks
 			N, K := s[0], s[1]
 			w, x, out := make([]float32, N*K), make([]float32, K), make([]float32, N)
 			for i := range w {
