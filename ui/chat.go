@@ -112,7 +112,7 @@ func newChatScreen(u *UI) *chatScreen {
 	c.int8Prefill = choiceBox("Read prompts of 4- and 8-bit models on 8-bit activations (faster prompts and scoring; not exact: perplexity moves under 0.2%)",
 		"Read prompts on 8-bit activations (needs integer dot products for many rows, which this machine's backend lacks)",
 		ws.Int8Prefill(), ws.Int8PrefillRuns(), ws.SetInt8Prefill)
-	c.bf16Prefill = choiceBox("Read prompts of bfloat16 models on bfloat16 activations (about 1.6× faster prompts and scoring; not exact: perplexity moves under 0.1%)",
+	c.bf16Prefill = choiceBox("Read prompts of bfloat16 models on bfloat16 activations (faster prompts and scoring, up to 2×; not exact: perplexity moves under 0.1%)",
 		"Read prompts on bfloat16 activations (needs bfloat16 dot products, which this machine's backend lacks)",
 		ws.BF16Prefill(), ws.BF16PrefillRuns(), ws.SetBF16Prefill)
 
