@@ -44,7 +44,7 @@ func TestMatMulTsInt8(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 12))
 	for _, bits := range []int{4, 8} {
 		for _, group := range []int{32, 64, 128} {
-			for _, c := range []struct{ M, N, K int }{{2, 5, 128}, {10, 4, 576}, {70, 37, 1152}, {9, 130, 384}, {19, 16, 1088}} {
+			for _, c := range []struct{ M, N, K int }{{2, 5, 128}, {10, 4, 576}, {70, 37, 1152}, {9, 130, 384}, {19, 16, 1088}, {5, 21, 1120}} {
 				if c.K%group != 0 {
 					continue
 				}
