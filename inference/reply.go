@@ -226,19 +226,27 @@ func (s *stopText) emit(text string) {
 	}
 }
 
+// RoundedPrefill names the rounded activations the prompt's prefill multiplied on, in
+// a fixed order: "int8" (Int8Prefill), "bf16" (BF16Prefill); none where it was exact.
+func (st Stats) RoundedPrefill() []string {
+	var r []string
+	if st.Int8Prefill {
+		r = append(r, "int8")
+	}
+	if st.BF16Prefill {
+		r = append(r, "bf16")
+	}
+	return r
+}
+
 // String is the one-line summary the CLI prints after a reply.
 func (st Stats) String() string {
 	int8, int8p := "", ""
 	if st.Int8Decode {
 		int8 = " (int8)"
 	}
-	switch {
-	case st.Int8Prefill && st.BF16Prefill:
-		int8p = " (int8, bf16)"
-	case st.Int8Prefill:
-		int8p = " (int8)"
-	case st.BF16Prefill:
-		int8p = " (bf16)"
+	if r := st.RoundedPrefill(); len(r) > 0 {
+		int8p = " (" + strings.Join(r, ", ") + ")"
 	}
 	return fmt.Sprintf("[%d prompt tokens (%d reused), %d generated, first token %d ms, prefill %.1f tok/s%s, decode %.1f tok/s%s, KV cache %.1f MiB, peak %.0f MiB, %s]",
 		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, int8p, st.DecodeTPS, int8,

@@ -510,18 +510,19 @@ func messageBubble(who, text string) fyne.CanvasObject {
 	return container.NewStack(bg, container.NewVBox(widget.NewLabelWithStyle(who, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}), l))
 }
 
+// activationWords are the reply line's words for ReplyStats.RoundedPrefill's names.
+var activationWords = map[string]string{"int8": "8-bit", "bf16": "bfloat16"}
+
 func replyStats(st app.ReplyStats) string {
 	int8, int8p := "", ""
 	if st.Int8Decode {
 		int8 = " on 8-bit activations"
 	}
-	switch {
-	case st.Int8Prefill && st.BF16Prefill:
-		int8p = " (prompt on 8-bit and bfloat16 activations)"
-	case st.Int8Prefill:
-		int8p = " (prompt on 8-bit activations)"
-	case st.BF16Prefill:
-		int8p = " (prompt on bfloat16 activations)"
+	if r := st.RoundedPrefill(); len(r) > 0 {
+		for i, name := range r {
+			r[i] = activationWords[name]
+		}
+		int8p = " (prompt on " + strings.Join(r, " and ") + " activations)"
 	}
 	return fmt.Sprintf("%d tokens · first token %d ms%s · %.1f tok/s%s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), int8p, st.DecodeTPS, int8, stopText(st.StopReason))
 }
