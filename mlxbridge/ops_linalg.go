@@ -75,7 +75,7 @@ func MatmulT(a, b *Array, transA, transB bool) *Array {
 // rows beside it. Anywhere else it is MatmulT, exactly.
 func MatmulTBF16(x, w *Array) *Array {
 	if x == nil || w == nil || x.err != nil || w.err != nil || x.dtype != Float32 || len(w.shape) != 2 ||
-		len(x.shape) < 2 || x.Size() == x.shape[len(x.shape)-1] || x.shape[len(x.shape)-1] != w.shape[1] ||
+		len(x.shape) < 2 || oneRow(x) || x.shape[len(x.shape)-1] != w.shape[1] ||
 		x.b != w.b || traced(x, w) || !TakesBF16Rows(w) {
 		return MatmulT(x, w, false, true)
 	}

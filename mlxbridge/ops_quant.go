@@ -211,11 +211,15 @@ func a8Runs(x *Array, bits int) bool {
 	if len(x.shape) < 1 {
 		return false
 	}
-	if x.Size() == x.shape[len(x.shape)-1] {
+	if oneRow(x) {
 		return HasQuantizedA8(x.b, bits)
 	}
 	return HasQuantizedA8Rows(x.b, bits)
 }
+
+// oneRow reports whether x (at least one axis) holds a single row of its last axis:
+// a decode step's activations, where a prompt's hold many.
+func oneRow(x *Array) bool { return x.Size() == x.shape[len(x.shape)-1] }
 
 // HasQuantizedA8Rows reports whether QuantizedMatmulA8 multiplies many rows of x
 // by bits-bit weights on integers on b (a prompt's prefill), not only one.
