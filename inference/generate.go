@@ -98,7 +98,6 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 		}
 	}
 	defer func() { st.KVBytes, st.AdapterVersion = sess.cache.Bytes(), sess.version }()
-	st.Int8Decode, st.Int8Prefill, st.BF16Prefill = sess.m.actRuns()
 	if err := sess.m.checkContext(len(prompt)); err != nil {
 		return st, err
 	}
@@ -106,6 +105,8 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 		st.StopReason = StopCancelled
 		return st, err
 	}
+	// Said only of a call that computes: a refused prompt was read no way at all.
+	st.Int8Decode, st.Int8Prefill, st.BF16Prefill = sess.m.actRuns()
 
 	start := time.Now()
 	logits, reused, err := sess.PrefillContext(ctx, prompt)
