@@ -191,9 +191,12 @@ func (a *attention) kvHead(bh int) int { return bh/a.hq*a.hkv + bh%a.hq/(a.hq/a.
 func (be *Backend) SDPA(q, k, v *mx.Array, scale float32, causal bool, mask *mx.Array) (mx.Handle, error) {
 	a := newAttention(q, k, v, scale, causal, mask)
 	out := newF(a.b * a.hq * a.l * a.dv)
-	blocks := a.causal && a.mst == nil && a.l >= 2*causalBlock
+	blocks, prows := a.causal && a.mst == nil && a.l >= 2*causalBlock, a.l
+	if blocks {
+		prows = causalBlock // a block's probabilities at a time
+	}
 	parallel(a.b*a.hq, 1, func(lo, hi int) {
-		p := make([]float32, a.l*a.s)
+		p := make([]float32, prows*a.s)
 		for bh := lo; bh < hi; bh++ {
 			kv := a.kvHead(bh)
 			if blocks {
