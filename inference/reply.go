@@ -241,14 +241,14 @@ func (st Stats) RoundedPrefill() []string {
 
 // String is the one-line summary the CLI prints after a reply.
 func (st Stats) String() string {
-	int8, int8p := "", ""
+	decodeTag, prefillTag := "", ""
 	if st.Int8Decode {
-		int8 = " (int8)"
+		decodeTag = " (int8)"
 	}
 	if r := st.RoundedPrefill(); len(r) > 0 {
-		int8p = " (" + strings.Join(r, ", ") + ")"
+		prefillTag = " (" + strings.Join(r, ", ") + ")"
 	}
 	return fmt.Sprintf("[%d prompt tokens (%d reused), %d generated, first token %d ms, prefill %.1f tok/s%s, decode %.1f tok/s%s, KV cache %.1f MiB, peak %.0f MiB, %s]",
-		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, int8p, st.DecodeTPS, int8,
+		st.PromptTokens, st.ReusedTokens, st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), st.PrefillTPS, prefillTag, st.DecodeTPS, decodeTag,
 		float64(st.KVBytes)/(1<<20), float64(st.PeakMemory)/(1<<20), st.StopReason)
 }

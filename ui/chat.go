@@ -514,17 +514,17 @@ func messageBubble(who, text string) fyne.CanvasObject {
 var activationWords = map[string]string{"int8": "8-bit", "bf16": "bfloat16"}
 
 func replyStats(st app.ReplyStats) string {
-	int8, int8p := "", ""
+	decodeTag, prefillTag := "", ""
 	if st.Int8Decode {
-		int8 = " on 8-bit activations"
+		decodeTag = " on 8-bit activations"
 	}
 	if r := st.RoundedPrefill(); len(r) > 0 {
 		for i, name := range r {
 			r[i] = activationWords[name]
 		}
-		int8p = " (prompt on " + strings.Join(r, " and ") + " activations)"
+		prefillTag = " (prompt on " + strings.Join(r, " and ") + " activations)"
 	}
-	return fmt.Sprintf("%d tokens · first token %d ms%s · %.1f tok/s%s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), int8p, st.DecodeTPS, int8, stopText(st.StopReason))
+	return fmt.Sprintf("%d tokens · first token %d ms%s · %.1f tok/s%s · %s", st.GeneratedTokens, st.TimeToFirstToken.Milliseconds(), prefillTag, st.DecodeTPS, decodeTag, stopText(st.StopReason))
 }
 
 func stopText(reason string) string {
