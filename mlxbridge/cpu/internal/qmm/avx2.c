@@ -39,7 +39,7 @@
 		for (int r = 0; r < R; r++)                                                           \
 			for (int m = 0; m < MB; m++) tot[r][m] = _mm256_setzero_ps();                     \
 		for (int c = 0; c < nc; c++) {                                                        \
-			pf_chunk(ahead, c, R * 32);                                                       \
+			pf_chunk(ahead, c, R * 32, BITS == 8);                                            \
 			int left = words - 8 * c;                                                         \
 			__m256i v[R];                                                                     \
 			for (int r = 0; r < R; r++) {                                                     \
@@ -124,7 +124,7 @@ void TARGET qmm_gemv_t_avx2(const qmm_w *w, const float *xp, const float *xsum, 
 				for (int g = 0; g < G; g++) cb[m * G + g] += xn[r][m] * b[g];                  \
 			}                                                                                  \
 		for (int c = 0; c < nc; c++) {                                                         \
-			pf_chunk(ahead, c, R * 32);                                                        \
+			pf_chunk(ahead, c, R * 32, BITS == 8);                                             \
 			int left = words - 8 * c, g0 = (c * V) >> gshift, ng = G - g0 < gpc ? G - g0 : gpc; \
 			__m256i v[R];                                                                      \
 			__m256 sv[R];                                                                      \

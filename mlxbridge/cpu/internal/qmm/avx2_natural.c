@@ -87,7 +87,7 @@ static inline float TARGET hsum8(__m256 v) {
 		for (int r = 0; r < R; r++)                                                            \
 			for (int m = 0; m < MB; m++) tot[r][m] = _mm256_setzero_ps();                      \
 		for (int g = 0; g < G; g++) {                                                          \
-			pf_chunk(ahead, g, R * gs * bits / 8);                                             \
+			pf_chunk(ahead, g, R * gs * bits / 8, 0);                                          \
 			__m256 acc[R][MB];                                                                 \
 			for (int r = 0; r < R; r++)                                                        \
 				for (int m = 0; m < MB; m++) acc[r][m] = _mm256_setzero_ps();                  \

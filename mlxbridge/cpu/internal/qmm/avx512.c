@@ -36,7 +36,7 @@
 		for (int r = 0; r < R; r++)                                                            \
 			for (int m = 0; m < MB; m++) tot[r][m] = _mm512_setzero_ps();                      \
 		for (int c = 0; c < nc; c++) {                                                         \
-			pf_chunk(ahead, c, R * 64);                                                        \
+			pf_chunk(ahead, c, R * 64, BITS == 8);                                             \
 			int left = words - 16 * c;                                                         \
 			__mmask16 wm = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);                \
 			__m512i v[R];                                                                      \
@@ -122,14 +122,14 @@
 			const SCALE_T_##H *sc = SCALES_##H(w) + (long)n * G;                                   \
 			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                            \
 			for (int c = 0; c < full; c++) {                                                       \
-				pf_chunk(ahead, c, 4 * 64);                                                        \
+				pf_chunk(ahead, c, 4 * 64, B == 8);                                                \
 				const uint32_t *pc = p + 16 * c;                                                   \
 				__m512i v0 = _mm512_loadu_si512(pc), v1 = _mm512_loadu_si512(pc + words);          \
 				__m512i v2 = _mm512_loadu_si512(pc + 2 * words), v3 = _mm512_loadu_si512(pc + 3 * words); \
 				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GS, GPC, H);              \
 			}                                                                                      \
 			if (left) {                                                                            \
-				pf_chunk(ahead, full, 4 * 64);                                                     \
+				pf_chunk(ahead, full, 4 * 64, B == 8);                                             \
 				const uint32_t *pc = p + 16 * full;                                                \
 				__m512i v0 = _mm512_maskz_loadu_epi32(kt, pc), v1 = _mm512_maskz_loadu_epi32(kt, pc + words); \
 				__m512i v2 = _mm512_maskz_loadu_epi32(kt, pc + 2 * words);                         \
@@ -222,7 +222,7 @@ void TARGET qmm_gemv_t_avx512(const qmm_w *w, const float *xp, const float *xsum
 				for (int g = 0; g < G; g++) cb[m * G + g] += xn[r][m] * b[g];                  \
 			}                                                                                  \
 		for (int c = 0; c < nc; c++) {                                                         \
-			pf_chunk(ahead, c, R * 64);                                                        \
+			pf_chunk(ahead, c, R * 64, BITS == 8);                                             \
 			int left = words - 16 * c, g0 = (c * V) >> gshift, ng = G - g0 < gpc ? G - g0 : gpc; \
 			__m512i v[R];                                                                      \
 			__m512 a[R][MB];                                                                   \

@@ -101,7 +101,7 @@ void qmm_gemv_t_i8_vnni(const qmm_w *w, const int8_t *xq, const float *xsl, cons
 		__m256 tot[R];                                                                         \
 		for (int r = 0; r < R; r++) tot[r] = _mm256_setzero_ps();                              \
 		for (int c = 0; c < nc; c++) {                                                         \
-			pf_chunk(ahead, c, R * 64);                                                        \
+			pf_chunk(ahead, c, R * 64, 0);                                                     \
 			for (int h = 0; h < 2; h++) {                                                      \
 				int left = words - 16 * c - 8 * h;                                             \
 				if (left <= 0) break;                                                          \

@@ -5,14 +5,9 @@
 // contiguous, so "ahead" is a linear distance: while reading R rows the kernel fetches the
 // bytes a few KiB past them in step with its reads (one line per 64 bytes consumed), and the
 // scales and biases PF_GROUPS bytes ahead once per row set. Prefetches never fault, so running
-// past the end of W is harmless. 8-bit weights stream twice as many bytes per operation and
-// are fetched from further ahead (PF_L2: 20-30% faster than PF_L1 when they went to L2 instead
-// of L1). The weights' prefetches are non-temporal: a token reads them once, and as ordinary
-// prefetches they were also kept in L2 and the last-level cache, evicting the activations and
-// scales. A Qwen3-0.6B decode token's products (bfloat16 scales) alternated in one process, ms
-// a token, median of 16 rounds, non-temporal / T0 (T1 at 8 bits), two runs: 4-bit exact
-// 13.83/14.17 and 16.39/16.67, on 8-bit activations 14.45/15.09 and 14.76/15.62; 8-bit exact
-// 22.75/24.63 and 24.05/25.29, on 8-bit activations 22.34/25.05 and 26.53/26.07.
+// past the end of W is harmless. 8-bit weights stream twice as many bytes per operation;
+// prefetched into L1 they evicted the activations, so they go to L2, from further ahead, which
+// measured 20-30% faster (PF_L2). 2- and 4-bit weights go to L1 (PF_L1).
 #ifndef INLOOP_QMM_PREFETCH_H
 #define INLOOP_QMM_PREFETCH_H
 
@@ -31,9 +26,12 @@ static inline const char *pf_start(const qmm_w *w, int n, int R, int words, int 
 }
 
 // The lines of chunk c: R rows of `bytes` each.
-static inline __attribute__((always_inline)) void pf_chunk(const char *start, int c, int bytes) {
+static inline __attribute__((always_inline)) void pf_chunk(const char *start, int c, int bytes, int to_l2) {
 	const char *p = start + (long)c * bytes;
-	for (int o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_NTA);
+	for (int o = 0; o < bytes; o += 64) {
+		if (to_l2) _mm_prefetch(p + o, _MM_HINT_T1);
+		else _mm_prefetch(p + o, _MM_HINT_T0);
+	}
 }
 
 // Where a row's scales and biases are, and their bytes each: float32, or 16-bit.

@@ -47,7 +47,7 @@
 			const SCALE_T_##H *sc = scales + (long)n * G;                                            \
 			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                              \
 			for (int c = 0; c < full; c++) {                                                         \
-				pf_chunk(ahead, c, 4 * 64);                                                          \
+				pf_chunk(ahead, c, 4 * 64, BITS == 8);                                               \
 				const __m512 xs = _mm512_loadu_ps(xsl + 16 * c);                                     \
 				const __m512i x0 = _mm512_loadu_si512(xq + (long)c * XB);                            \
 				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)c * XB + 64) : x0;      \
@@ -59,7 +59,7 @@
 				ROW_CHUNK(t3, _mm512_loadu_si512(pc + 3 * words), LANES_##H(sc + 3 * G + g, GPC, GPC)); \
 			}                                                                                        \
 			if (left) {                                                                              \
-				pf_chunk(ahead, full, 4 * 64);                                                       \
+				pf_chunk(ahead, full, 4 * 64, BITS == 8);                                            \
 				const __m512 xs = _mm512_loadu_ps(xsl + 16 * full);                                  \
 				const __m512i x0 = _mm512_loadu_si512(xq + (long)full * XB);                         \
 				const __m512i x1 = BITS == 4 ? _mm512_loadu_si512(xq + (long)full * XB + 64) : x0;   \
