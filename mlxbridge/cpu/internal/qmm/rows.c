@@ -5,8 +5,10 @@
 // read once a token, and fetched as ordinary data it was also kept in L2 and the last-level
 // cache, evicting what is reused. BenchmarkMatVecF32Token's products (Qwen3-0.6B float32)
 // alternated with T0 prefetches in one process, median GB/s of ten rounds each (non-temporal /
-// T0), five runs:
-// AVX-512 34.2/31.6, 35.8/32.7, 35.8/34.3, 35.2/31.4, 35.0/32.5; AVX2 37.4/33.0, 32.1/30.5.
+// T0), five runs on AVX-512 34.2/31.6, 35.8/32.7, 35.8/34.3, 35.2/31.4, 35.0/32.5, two on
+// AVX2 37.4/33.0, 32.1/30.5; the model's float32 decode 1.04-1.08x in four rounds. (The
+// quantized kernels' prefetches stay T0/T1: non-temporal ones lost 11-13% of 4-bit decode in
+// the model in three rounds of four, though they won 2-6% in products alone.)
 #include "qmm.h"
 
 void qmm_rows_portable(const float *w, int K, const float *x, int n0, int n1, float *out) {
