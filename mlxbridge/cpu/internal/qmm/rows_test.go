@@ -37,6 +37,32 @@ func TestMatVecT(t *testing.T) {
 	})
 }
 
+// TestMatVecTRowsAlike checks that a row's result is the same bits whichever kernel takes it:
+// on AVX-512 a core reads four runs of its rows side by side and the few left over one at a
+// time, and which rows are left over changes with the number of cores and chunks.
+func TestMatVecTRowsAlike(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	forEachLevel(t, func(t *testing.T) {
+		for _, s := range [][2]int{{9, 100}, {130, 100}, {70, 576}, {2103, 1024}} {
+			N, K := s[0], s[1]
+			w, x, out, one := make([]float32, N*K), make([]float32, K), make([]float32, N), make([]float32, 1)
+			for i := range w {
+				w[i] = float32(rng.NormFloat64())
+			}
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			MatVecT(out, x, w, N, K)
+			for n := range N {
+				MatVecT(one, x, w[n*K:(n+1)*K], 1, K)
+				if one[0] != out[n] {
+					t.Fatalf("%dx%d: row %d is %v in the whole product and %v alone", N, K, n, out[n], one[0])
+				}
+			}
+		}
+	})
+}
+
 // BenchmarkMatVecF32 is decoding's float32 product through MatVecT against OpenBLAS's
 // sgemv over the same W streamed from memory: GB/s of weights read.
 func BenchmarkMatVecF32(b *testing.B) {
