@@ -16,8 +16,8 @@
 // AVX-512 VNNI, two to three times dequantized sgemm's speed (BenchmarkMatMulTInt8).
 //
 // The same two regimes serve a W held in 16-bit floats, a bfloat16 or float16 checkpoint's
-// own width (half.go), and decoding's product with a float32 W (MatVecT, rows.c): one
-// sequential stream of W's rows per core.
+// own width (half.go), and decoding's product with a float32 W (MatVecT, rows.c): W's rows
+// read in order, four runs of them side by side per core on AVX-512.
 package qmm
 
 /*

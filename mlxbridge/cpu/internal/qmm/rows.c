@@ -1,7 +1,8 @@
 // Float32 matrix-vector product, one row of W at a time: out[n] = w_n · x. Decoding
-// multiplies one activation row by each float32 weight matrix; reading W as one sequential
-// stream per core with prefetches ahead of it streams faster than OpenBLAS's sgemv at the
-// narrow shapes of small models (BenchmarkMatVecF32). The prefetches are non-temporal: W is
+// multiplies one activation row by each float32 weight matrix; reading W in order, a few
+// sequential streams per core (four on AVX-512, rows_streams4) with prefetches ahead of
+// them, streams faster than OpenBLAS's sgemv at the narrow shapes of small models
+// (BenchmarkMatVecF32). The prefetches are non-temporal: W is
 // read once a token, and fetched as ordinary data it was also kept in L2 and the last-level
 // cache, evicting what is reused. BenchmarkMatVecF32Token's products (Qwen3-0.6B float32)
 // alternated with T0 prefetches in one process, median GB/s of ten rounds each (non-temporal /
