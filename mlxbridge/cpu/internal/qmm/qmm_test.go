@@ -2,6 +2,7 @@ package qmm
 
 import (
 	"fmt"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -124,6 +125,51 @@ func TestMatMulT(t *testing.T) {
 		w = randomWeights(rng, 515, 4160, 32, 8) // K % 64 == 32: a half block at the end
 		testMatMulT(t, rng, w, 1)
 		testMatMulT(t, rng, w, 5)
+	})
+}
+
+// TestMatVecRowsAlike checks that decoding's product gives a row the same bits whichever
+// kernel takes it: on AVX-512 a core reads 8-bit rows as four runs side by side (dec512s)
+// and the rest in sets of four consecutive rows, and which rows are the rest changes with
+// the cores and with the matrices sharing a call. Each set of four rows alone must match the
+// whole product, with float32 and bfloat16 scales.
+func TestMatVecRowsAlike(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(4, 4))
+		for _, bits := range []int{2, 4, 8} {
+			for _, group := range []int{32, 64, 128} {
+				const N, K = 1032, 640 // K: a partial chunk at the end for every width
+				w := randomWeights(rng, N, K, group, bits)
+				s16, b16 := make(BF16, len(w.scales)), make(BF16, len(w.biases))
+				for i := range s16 {
+					s16[i], b16[i] = safetensors.Float32ToBFloat16(w.scales[i]), safetensors.Float32ToBFloat16(w.biases[i])
+				}
+				x := randomFloats(rng, K)
+				words, G := K*bits/32, K/group
+				whole, part := make([]float32, N), make([]float32, 4)
+				for _, half := range []bool{false, true} {
+					if half {
+						MatMulT(whole, x, 1, K, w.packed, s16, b16, N, group, bits)
+					} else {
+						MatMulT(whole, x, 1, K, w.packed, w.scales, w.biases, N, group, bits)
+					}
+					for n := 0; n < N; n += 4 {
+						p := w.packed[n*words : (n+4)*words]
+						if half {
+							MatMulT(part, x, 1, K, p, s16[n*G:(n+4)*G], b16[n*G:(n+4)*G], 4, group, bits)
+						} else {
+							MatMulT(part, x, 1, K, p, w.scales[n*G:(n+4)*G], w.biases[n*G:(n+4)*G], 4, group, bits)
+						}
+						for r := range 4 {
+							if part[r] != whole[n+r] {
+								t.Fatalf("bits=%d group=%d bf16=%v: row %d is %v in the whole product and %v in its set alone",
+									bits, group, half, n+r, whole[n+r], part[r])
+							}
+						}
+					}
+				}
+			}
+		}
 	})
 }
 
