@@ -102,17 +102,23 @@
 		t3 = _mm512_fmadd_ps(_mm512_add_ps(d0, d1), LANES_##H((sc) + 3 * G + (g), GPC, ng), t3);   \
 	} while (0)
 
+// What DEC512 and DEC512S know of a row's shape: G0 groups, words, full chunks and the
+// partial one's mask (kt) and groups (gt, ngt), and each lane's group within a chunk (idx).
+#define DEC_SHAPE(BITS, GS)                                                                        \
+	enum { B = BITS, S = 32 / B, V = 16 * S, GPC = V > GS ? V / GS : 1 };                          \
+	const int K = w->K, G0 = K / GS, words = K * B / 32, full = words / 16, left = words % 16;     \
+	const int gt = full * V / GS, ngt = G0 - gt < GPC ? G0 - gt : GPC;                             \
+	const __mmask16 kt = (__mmask16)((1u << left) - 1);                                            \
+	const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, \
+	    8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), __builtin_ctz(GS))
+
 // H is the scales' width (avx512.h): 0 float32, 1 bfloat16, 2 float16. The 16-bit forms take
 // whole sets of four rows only (n1 - n0 a multiple of four): the caller widens a remainder.
 #define DEC512(BITS, GS, H, KTARGET)                                                               \
 	KTARGET static void dec512_##BITS##_##GS##_##H(const qmm_w *w, const float *xp, const float *xsum, \
 	                                               int n0, int n1, float *out) {                  \
-		enum { B = BITS, S = 32 / B, V = 16 * S, GPC = V > GS ? V / GS : 1 };                      \
-		const int K = w->K, G = K / GS, words = K * B / 32, full = words / 16, left = words % 16;  \
-		const int gt = full * V / GS, ngt = G - gt < GPC ? G - gt : GPC;                           \
-		const __mmask16 kt = (__mmask16)((1u << left) - 1);                                        \
-		const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, \
-		    8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), __builtin_ctz(GS));              \
+		DEC_SHAPE(BITS, GS);                                                                       \
+		const int G = G0;                                                                          \
 		pf_first(w, n0, 4, words, G, PF_DIST(B));                                                  \
 		int n = n0;                                                                                \
 		for (; n + 4 <= n1; n += 4) {                                                              \
@@ -150,12 +156,7 @@
 #define DEC512S(BITS, GS, H, KTARGET)                                                              \
 	KTARGET static void dec512s_##BITS##_##GS##_##H(const qmm_w *w, const float *xp, const float *xsum, \
 	                                                int n0, int q, float *out) {                  \
-		enum { B = BITS, S = 32 / B, V = 16 * S, GPC = V > GS ? V / GS : 1 };                      \
-		const int K = w->K, G0 = K / GS, words = K * B / 32, full = words / 16, left = words % 16; \
-		const int gt = full * V / GS, ngt = G0 - gt < GPC ? G0 - gt : GPC;                         \
-		const __mmask16 kt = (__mmask16)((1u << left) - 1);                                        \
-		const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, \
-		    8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), __builtin_ctz(GS));              \
+		DEC_SHAPE(BITS, GS);                                                                       \
 		const long rs = (long)q * words; /* words from one run to the next */                     \
 		const long ss = (long)q * G0 * (long)sizeof(SCALE_T_##H);                                  \
 		for (int r = 0; r < 4; r++) pf_first(w, n0 + r * q, 1, words, G0, PF_DIST(B));             \
