@@ -105,12 +105,35 @@
 // What DEC512 and DEC512S know of a row's shape: G0 groups, words, full chunks and the
 // partial one's mask (kt) and groups (gt, ngt), and each lane's group within a chunk (idx).
 #define DEC_SHAPE(BITS, GS)                                                                        \
-	enum { B = BITS, S = 32 / B, V = 16 * S, GPC = V > GS ? V / GS : 1 };                          \
+	enum { B = BITS, S = 32 / B, V = 16 * S, GSZ = GS, GPC = V > GS ? V / GS : 1 };                \
 	const int K = w->K, G0 = K / GS, words = K * B / 32, full = words / 16, left = words % 16;     \
 	const int gt = full * V / GS, ngt = G0 - gt < GPC ? G0 - gt : GPC;                             \
 	const __mmask16 kt = (__mmask16)((1u << left) - 1);                                            \
 	const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, \
 	    8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(S)), __builtin_ctz(GS))
+
+// The lane sums t0..t3 of four rows of W, rows p, p + rs, p + 2*rs and p + 3*rs (rs in
+// words), whose scales are sc, sc + G, sc + 2*G and sc + 3*G (DEC_STEPS' G): DEC512's four
+// consecutive rows and DEC512S's four runs. Before each chunk c it prefetches the lines at
+// ahead + r*pa + c*pcs (r < 4), to L2 for 8-bit weights.
+#define DEC_SET4(t0, t1, t2, t3, p, rs, sc, H, ahead, pa, pcs)                                      \
+	do {                                                                                           \
+		for (int c = 0; c < full; c++) {                                                           \
+			for (int r = 0; r < 4; r++) pf_line((ahead) + r * (long)(pa) + c * (long)(pcs), B == 8); \
+			const uint32_t *pc = (p) + 16 * c;                                                     \
+			__m512i v0 = _mm512_loadu_si512(pc), v1 = _mm512_loadu_si512(pc + (rs));               \
+			__m512i v2 = _mm512_loadu_si512(pc + 2 * (rs)), v3 = _mm512_loadu_si512(pc + 3 * (rs)); \
+			DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GSZ, GPC, H);                 \
+		}                                                                                          \
+		if (left) {                                                                                \
+			for (int r = 0; r < 4; r++) pf_line((ahead) + r * (long)(pa) + full * (long)(pcs), B == 8); \
+			const uint32_t *pc = (p) + 16 * full;                                                  \
+			__m512i v0 = _mm512_maskz_loadu_epi32(kt, pc), v1 = _mm512_maskz_loadu_epi32(kt, pc + (rs)); \
+			__m512i v2 = _mm512_maskz_loadu_epi32(kt, pc + 2 * (rs));                              \
+			__m512i v3 = _mm512_maskz_loadu_epi32(kt, pc + 3 * (rs));                              \
+			DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt, H);                       \
+		}                                                                                          \
+	} while (0)
 
 // H is the scales' width (avx512.h): 0 float32, 1 bfloat16, 2 float16. The 16-bit forms take
 // whole sets of four rows only (n1 - n0 a multiple of four): the caller widens a remainder.
@@ -127,21 +150,7 @@
 			const uint32_t *p = w->packed + (long)n * words;                                       \
 			const SCALE_T_##H *sc = SCALES_##H(w) + (long)n * G;                                   \
 			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                            \
-			for (int c = 0; c < full; c++) {                                                       \
-				pf_chunk(ahead, c, 4 * 64, B == 8);                                                \
-				const uint32_t *pc = p + 16 * c;                                                   \
-				__m512i v0 = _mm512_loadu_si512(pc), v1 = _mm512_loadu_si512(pc + words);          \
-				__m512i v2 = _mm512_loadu_si512(pc + 2 * words), v3 = _mm512_loadu_si512(pc + 3 * words); \
-				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GS, GPC, H);              \
-			}                                                                                      \
-			if (left) {                                                                            \
-				pf_chunk(ahead, full, 4 * 64, B == 8);                                             \
-				const uint32_t *pc = p + 16 * full;                                                \
-				__m512i v0 = _mm512_maskz_loadu_epi32(kt, pc), v1 = _mm512_maskz_loadu_epi32(kt, pc + words); \
-				__m512i v2 = _mm512_maskz_loadu_epi32(kt, pc + 2 * words);                         \
-				__m512i v3 = _mm512_maskz_loadu_epi32(kt, pc + 3 * words);                         \
-				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt, H);                   \
-			}                                                                                      \
+			DEC_SET4(t0, t1, t2, t3, p, words, sc, H, ahead, 64, 4 * 64);                          \
 			STORE4(out + n, t0, t1, t2, t3, BIAS_##H, BIASES_##H(w) + (long)n * G, xsum, G);       \
 		}                                                                                          \
 		if (H == 0)                                                                                \
@@ -163,32 +172,16 @@
 		for (int n = n0; n < n0 + q; n++) {                                                        \
 			const uint32_t *p = w->packed + (long)n * words;                                       \
 			const SCALE_T_##H *sc = SCALES_##H(w) + (long)n * G0;                                  \
+			const SCALE_T_##H *bb = BIASES_##H(w) + (long)n * G0;                                  \
 			const char *ahead = (const char *)p + PF_DIST(B);                                      \
 			for (int r = 0; r < 4; r++) {                                                          \
 				_mm_prefetch((const char *)sc + r * ss + PF_GROUPS, _MM_HINT_T0);                  \
-				_mm_prefetch((const char *)(BIASES_##H(w) + (long)n * G0) + r * ss + PF_GROUPS, _MM_HINT_T0); \
+				_mm_prefetch((const char *)bb + r * ss + PF_GROUPS, _MM_HINT_T0);                  \
 			}                                                                                      \
-			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                            \
 			const int G = q * G0; /* DEC_STEPS steps from a row's scales to the next row's by G */ \
-			for (int c = 0; c < full; c++) {                                                       \
-				for (int r = 0; r < 4; r++) {                                                      \
-					if (B == 8) _mm_prefetch(ahead + 4 * r * rs + 64L * c, _MM_HINT_T1);           \
-					else _mm_prefetch(ahead + 4 * r * rs + 64L * c, _MM_HINT_T0);                  \
-				}                                                                                  \
-				const uint32_t *pc = p + 16 * c;                                                   \
-				__m512i v0 = _mm512_loadu_si512(pc), v1 = _mm512_loadu_si512(pc + rs);             \
-				__m512i v2 = _mm512_loadu_si512(pc + 2 * rs), v3 = _mm512_loadu_si512(pc + 3 * rs); \
-				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, c, sc, c * V / GS, GPC, H);              \
-			}                                                                                      \
-			if (left) {                                                                            \
-				const uint32_t *pc = p + 16 * full;                                                \
-				__m512i v0 = _mm512_maskz_loadu_epi32(kt, pc), v1 = _mm512_maskz_loadu_epi32(kt, pc + rs); \
-				__m512i v2 = _mm512_maskz_loadu_epi32(kt, pc + 2 * rs);                            \
-				__m512i v3 = _mm512_maskz_loadu_epi32(kt, pc + 3 * rs);                            \
-				DEC_STEPS(t0, t1, t2, t3, v0, v1, v2, v3, full, sc, gt, ngt, H);                   \
-			}                                                                                      \
+			__m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;                            \
+			DEC_SET4(t0, t1, t2, t3, p, rs, sc, H, ahead, 4 * rs, 64);                             \
 			float tot[4];                                                                          \
-			const SCALE_T_##H *bb = BIASES_##H(w) + (long)n * G0;                                  \
 			_mm_storeu_ps(tot, sum4(BIAS_##H(t0, bb, xsum, G0), BIAS_##H(t1, bb + G, xsum, G0),      \
 			                        BIAS_##H(t2, bb + 2 * G, xsum, G0), BIAS_##H(t3, bb + 3 * G, xsum, G0))); \
 			for (int r = 0; r < 4; r++) out[n + r * q] = tot[r];                                   \

@@ -25,13 +25,16 @@ static inline const char *pf_start(const qmm_w *w, int n, int R, int words, int 
 	return (const char *)(w->packed + (long)(n + R) * words) + (extra > 0 ? extra : 0);
 }
 
+// One line of W, to L2 or to L1.
+static inline __attribute__((always_inline)) void pf_line(const char *p, int to_l2) {
+	if (to_l2) _mm_prefetch(p, _MM_HINT_T1);
+	else _mm_prefetch(p, _MM_HINT_T0);
+}
+
 // The lines of chunk c: R rows of `bytes` each.
 static inline __attribute__((always_inline)) void pf_chunk(const char *start, int c, int bytes, int to_l2) {
 	const char *p = start + (long)c * bytes;
-	for (int o = 0; o < bytes; o += 64) {
-		if (to_l2) _mm_prefetch(p + o, _MM_HINT_T1);
-		else _mm_prefetch(p + o, _MM_HINT_T0);
-	}
+	for (int o = 0; o < bytes; o += 64) pf_line(p + o, to_l2);
 }
 
 // Where a row's scales and biases are, and their bytes each: float32, or 16-bit.

@@ -1,10 +1,10 @@
-// Float32 matrix-vector product, one row of W at a time: out[n] = w_n · x. Decoding
-// multiplies one activation row by each float32 weight matrix; reading W in order, a few
+// Float32 matrix-vector product, each row of W one dot product: out[n] = w_n · x. Decoding
+// multiplies one activation row by each float32 weight matrix; reading W in order, in a few
 // sequential streams per core (four on AVX-512, rows_streams4) with prefetches ahead of
 // them, streams faster than OpenBLAS's sgemv at the narrow shapes of small models
-// (BenchmarkMatVecF32). The prefetches are non-temporal: W is
-// read once a token, and fetched as ordinary data it was also kept in L2 and the last-level
-// cache, evicting what is reused. BenchmarkMatVecF32Token's products (Qwen3-0.6B float32)
+// (BenchmarkMatVecF32). The prefetches are non-temporal: W is read once a token, and
+// fetched as ordinary data it was also kept in L2 and the last-level cache, evicting what
+// is reused. BenchmarkMatVecF32Token's products (Qwen3-0.6B float32)
 // alternated with T0 prefetches in one process, median GB/s of ten rounds each (non-temporal /
 // T0), five runs on AVX-512 34.2/31.6, 35.8/32.7, 35.8/34.3, 35.2/31.4, 35.0/32.5, two on
 // AVX2 37.4/33.0, 32.1/30.5; the model's float32 decode 1.04-1.08x in four rounds. (The
