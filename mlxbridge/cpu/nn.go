@@ -11,16 +11,8 @@ import (
 func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
 	wf := h(w).f
 	d := len(wf)
-	out := lastAxisRows(x, d, func(row, o []float32) {
-		var ss float64
-		for _, v := range row {
-			ss += float64(v) * float64(v)
-		}
-		r := float32(1 / math.Sqrt(ss/float64(d)+float64(eps)))
-		for i, v := range row {
-			o[i] = v * r * wf[i]
-		}
-	})
+	out := newF(len(h(x).f)) // rmsNormRows writes every element
+	rmsNormRows(out, h(x).f, wf, d, eps)
 	if x.DType() == w.DType() {
 		roundTo(x.DType(), out)
 	}

@@ -720,3 +720,23 @@ void inloop_add_low_rank(float *restrict out, const float *restrict y, const flo
 		for (size_t c = 0; c < n; c++) o[c] = yi[c] + o[c] * scale;
 	}
 }
+
+// out = x · w / √(mean(x²) + eps), row by row (rows of d): each row's sum of squares in
+// double, over eight partial sums, so the loop vectorizes without relaxing the
+// arithmetic; x·r·w is rounded twice, in that order.
+MULTIVERSION
+void inloop_rmsnorm_rows(float *restrict out, const float *restrict x, const float *restrict w, size_t rows, size_t d,
+                         float eps) {
+	for (size_t i = 0; i < rows; i++) {
+		const float *xi = x + i * d;
+		double s[8] = {0};
+		size_t j = 0;
+		for (; j + 8 <= d; j += 8)
+			for (size_t t = 0; t < 8; t++) s[t] += (double)xi[j + t] * (double)xi[j + t];
+		for (; j < d; j++) s[j % 8] += (double)xi[j] * (double)xi[j];
+		double ss = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+		float r = (float)(1 / sqrt(ss / (double)d + (double)eps));
+		float *o = out + i * d;
+		for (j = 0; j < d; j++) o[j] = xi[j] * r * w[j];
+	}
+}

@@ -24,6 +24,13 @@ func softmaxRows(out, x []float32, d int) {
 	vecRows(out, x, d, d, func(o, i *C.float, r, n C.size_t) { C.inloop_softmax_rows(o, i, r, n) })
 }
 
+// rmsNormRows normalizes the rows of x (length d = len(w)) into out, scaled by w.
+func rmsNormRows(out, x, w []float32, d int, eps float32) {
+	vecRows(out, x, d, d, func(o, in *C.float, r, n C.size_t) {
+		C.inloop_rmsnorm_rows(o, in, cf(w), r, n, C.float(eps))
+	})
+}
+
 // binaryVec is inloop_binary over len(out) elements, on the calling goroutine.
 func binaryVec(op int, out, a []float32, as int, b []float32, bs int) {
 	C.inloop_binary(C.int(op), cf(out), cf(a), C.int(as), cf(b), C.int(bs), C.size_t(len(out)))

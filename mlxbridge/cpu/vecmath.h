@@ -32,3 +32,4 @@ void inloop_adam(float *po, float *mo, float *vo, const float *p, const float *g
 void inloop_adam_limit(int level);
 void inloop_add_low_rank(float *out, const float *y, const float *x, size_t rows, size_t k, const float *a, size_t r,
                          const float *b, size_t n, float scale);
+void inloop_rmsnorm_rows(float *out, const float *x, const float *w, size_t rows, size_t d, float eps);

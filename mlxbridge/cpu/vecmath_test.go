@@ -182,3 +182,36 @@ func TestAttendSplitMatchesWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestRMSNormRows checks the C kernel against the definition in float64, at row
+// lengths that leave every remainder of its eight partial sums, including rows
+// shorter than eight; the result is x·r·w rounded twice, so each element is within
+// two roundings of the exact value.
+func TestRMSNormRows(t *testing.T) {
+	for _, d := range []int{1, 3, 7, 8, 13, 64, 128, 1024, 1031} {
+		const rows = 5
+		x, w := make([]float32, rows*d), make([]float32, d)
+		for i := range x {
+			x[i] = float32(math.Sin(float64(i)*0.37+float64(d))) * float32(1+i%5)
+		}
+		for i := range w {
+			w[i] = float32(math.Cos(float64(i) * 0.11))
+		}
+		out := make([]float32, len(x))
+		const eps = 1e-5
+		rmsNormRows(out, x, w, d, eps)
+		for r := range rows {
+			var ss float64
+			for _, v := range x[r*d : (r+1)*d] {
+				ss += float64(v) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss/float64(d)+eps)
+			for i := range d {
+				want := float64(x[r*d+i]) * inv * float64(w[i])
+				if got := float64(out[r*d+i]); math.Abs(got-want) > 2.5e-7*math.Abs(want)+1e-30 {
+					t.Fatalf("d=%d row %d [%d]: %v, want %v", d, r, i, got, want)
+				}
+			}
+		}
+	}
+}
