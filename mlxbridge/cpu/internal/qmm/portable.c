@@ -40,10 +40,17 @@ void qmm_unpack(const uint32_t *row, int k0, int n, int bits, float *dst) {
 	for (int i = 0; i < n / 32; i++) fn[bits](p + i * bits, dst + 32 * i);
 }
 
-// Group sums of x, for the bias term bias*sum(x_g).
+// Group sums of x, for the bias term bias*sum(x_g). Each group is summed in order, eight
+// groups side by side: one group's sum is a chain of dependent adds, eight are not.
 static void group_sums(const qmm_w *w, const float *xm, float *xsum) {
-	int gs = w->group, G = w->K / gs;
-	for (int g = 0; g < G; g++) {
+	int gs = w->group, G = w->K / gs, g = 0;
+	for (; g + 8 <= G; g += 8) {
+		float s[8] = {0};
+		for (int i = 0; i < gs; i++)
+			for (int t = 0; t < 8; t++) s[t] += xm[(g + t) * gs + i];
+		for (int t = 0; t < 8; t++) xsum[g + t] = s[t];
+	}
+	for (; g < G; g++) {
 		float s = 0;
 		for (int i = 0; i < gs; i++) s += xm[g * gs + i];
 		xsum[g] = s;
@@ -62,20 +69,41 @@ void qmm_prepare_x_natural(const qmm_w *w, const float *x, int ldx, int mb, floa
 // (S = 32/bits), and the kernels take value i of every lane at step i. So step i, lane j of
 // chunk c holds x[c*lanes*S + j*S + i], times 2^-(bits*i) to undo the position of the masked
 // value (except for the last value, which is shifted down). Zero past K.
+// One chunk of the lane layout (see qmm_prepare_x_lanes) from the values at xm, n of them
+// (n < LANES*S only in the final chunk), inlined with constant LANES and S so that the
+// loops unroll.
+static inline __attribute__((always_inline)) void lanes_chunk(float *d, const float *xm, int n, const int LANES,
+                                                              const int S, const int bits) {
+	for (int i = 0; i < S; i++) {
+		float scale = i == S - 1 ? 1.0f : 1.0f / (float)(1u << (bits * i));
+		if (n == LANES * S)
+			for (int j = 0; j < LANES; j++) d[LANES * i + j] = xm[j * S + i] * scale;
+		else
+			for (int j = 0; j < LANES; j++) d[LANES * i + j] = j * S + i < n ? xm[j * S + i] * scale : 0.0f;
+	}
+}
+
+static void lanes_row(float *d, const float *xm, int K, int kp, const int LANES, const int S, const int bits) {
+	for (int c = 0; c < kp / (LANES * S); c++) {
+		int k0 = c * LANES * S, n = K - k0 < LANES * S ? (K - k0 > 0 ? K - k0 : 0) : LANES * S;
+		lanes_chunk(d + k0, xm + k0, n, LANES, S, bits);
+	}
+}
+
+// The lane layout: a chunk is `lanes` words, lane j of it holding values j*S .. j*S+S-1
+// (S = 32/bits), and the kernels take value i of every lane at step i. So step i, lane j of
+// chunk c holds x[c*lanes*S + j*S + i], times 2^-(bits*i) to undo the position of the masked
+// value (except for the last value, which is shifted down). Zero past K.
 void qmm_prepare_x_lanes(const qmm_w *w, const float *x, int ldx, int mb, int lanes, float *xp, float *xsum) {
-	int K = w->K, kp = qmm_xp_len(K, w->bits), G = K / w->group;
-	int S = 32 / w->bits, chunk = lanes * S;
+	int K = w->K, kp = qmm_xp_len(K, w->bits), G = K / w->group, bits = w->bits;
 	for (int m = 0; m < mb; m++) {
 		const float *xm = x + (long)m * ldx;
 		float *d = xp + (long)m * kp;
-		for (int c = 0; c < kp / chunk; c++)
-			for (int i = 0; i < S; i++) {
-				float scale = i == S - 1 ? 1.0f : 1.0f / (float)(1u << (w->bits * i));
-				for (int j = 0; j < lanes; j++) {
-					int k = c * chunk + j * S + i;
-					d[c * chunk + lanes * i + j] = k < K ? xm[k] * scale : 0.0f;
-				}
-			}
+		if (lanes == 16 && bits == 4) lanes_row(d, xm, K, kp, 16, 8, 4);
+		else if (lanes == 16 && bits == 8) lanes_row(d, xm, K, kp, 16, 4, 8);
+		else if (lanes == 8 && bits == 4) lanes_row(d, xm, K, kp, 8, 8, 4);
+		else if (lanes == 8 && bits == 8) lanes_row(d, xm, K, kp, 8, 4, 8);
+		else lanes_row(d, xm, K, kp, lanes, 32 / bits, bits);
 		group_sums(w, xm, xsum + m * G);
 	}
 }
