@@ -78,7 +78,6 @@ func ropeAngles(l int, o mx.RoPEOptions) (cos, sin []float32) {
 func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	s := x.Shape()
 	l, d := s[len(s)-2], s[len(s)-1]
-	half := o.Dims / 2
 	cos, sin := ropeAngles(l, o)
 	src := h(x).f
 	nrows := 0
@@ -87,23 +86,7 @@ func (be *Backend) RoPE(x *mx.Array, o mx.RoPEOptions) (mx.Handle, error) {
 	}
 	out := newF(len(src))
 	parallel(nrows, max(1, elemGrain/max(d, 1)), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			p := r % l
-			in, dst := src[r*d:(r+1)*d], out[r*d:(r+1)*d]
-			c, sn := cos[p*half:(p+1)*half], sin[p*half:(p+1)*half]
-			for i := 0; i < half; i++ {
-				var i1, i2 int
-				if o.Traditional {
-					i1, i2 = 2*i, 2*i+1
-				} else {
-					i1, i2 = i, i+half
-				}
-				x1, x2 := in[i1], in[i2]
-				dst[i1] = x1*c[i] - x2*sn[i]
-				dst[i2] = x1*sn[i] + x2*c[i]
-			}
-			copy(dst[o.Dims:], in[o.Dims:])
-		}
+		ropeRows(out, src, cos, sin, lo, hi, d, l, o.Dims, o.Traditional)
 	})
 	roundTo(x.DType(), out)
 	return fbuf(out), nil

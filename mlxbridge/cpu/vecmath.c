@@ -740,3 +740,29 @@ void inloop_rmsnorm_rows(float *restrict out, const float *restrict x, const flo
 		for (j = 0; j < d; j++) o[j] = xi[j] * r * w[j];
 	}
 }
+
+// RoPE over rows of d features, row r at position r % l: the first dims features turned
+// by the angles of that position (cos, sin: dims/2 of each a position), as pairs
+// (i, i + dims/2), or (2i, 2i + 1) when traditional; the rest copied.
+MULTIVERSION
+void inloop_rope_rows(float *restrict out, const float *restrict x, const float *restrict cos_, const float *restrict sin_,
+                      size_t row0, size_t rows, size_t d, size_t l, size_t dims, int traditional) {
+	size_t half = dims / 2;
+	for (size_t r = row0; r < row0 + rows; r++) {
+		const float *in = x + r * d, *c = cos_ + (r % l) * half, *s = sin_ + (r % l) * half;
+		float *o = out + r * d;
+		if (traditional)
+			for (size_t i = 0; i < half; i++) {
+				float x1 = in[2 * i], x2 = in[2 * i + 1];
+				o[2 * i] = x1 * c[i] - x2 * s[i];
+				o[2 * i + 1] = x1 * s[i] + x2 * c[i];
+			}
+		else
+			for (size_t i = 0; i < half; i++) {
+				float x1 = in[i], x2 = in[i + half];
+				o[i] = x1 * c[i] - x2 * s[i];
+				o[i + half] = x1 * s[i] + x2 * c[i];
+			}
+		for (size_t i = dims; i < d; i++) o[i] = in[i];
+	}
+}

@@ -31,6 +31,20 @@ func rmsNormRows(out, x, w []float32, d int, eps float32) {
 	})
 }
 
+// ropeRows turns rows [lo, hi) of x (rows of d, row r at position r%l) into out by the
+// angles cos and sin (dims/2 a position).
+func ropeRows(out, x, cos, sin []float32, lo, hi, d, l, dims int, traditional bool) {
+	if hi <= lo {
+		return
+	}
+	tr := 0
+	if traditional {
+		tr = 1
+	}
+	C.inloop_rope_rows(cf(out), cf(x), cf(cos), cf(sin), C.size_t(lo), C.size_t(hi-lo), C.size_t(d), C.size_t(l),
+		C.size_t(dims), C.int(tr))
+}
+
 // binaryVec is inloop_binary over len(out) elements, on the calling goroutine.
 func binaryVec(op int, out, a []float32, as int, b []float32, bs int) {
 	C.inloop_binary(C.int(op), cf(out), cf(a), C.int(as), cf(b), C.int(bs), C.size_t(len(out)))

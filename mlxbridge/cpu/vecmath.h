@@ -33,3 +33,5 @@ void inloop_adam_limit(int level);
 void inloop_add_low_rank(float *out, const float *y, const float *x, size_t rows, size_t k, const float *a, size_t r,
                          const float *b, size_t n, float scale);
 void inloop_rmsnorm_rows(float *out, const float *x, const float *w, size_t rows, size_t d, float eps);
+void inloop_rope_rows(float *out, const float *x, const float *cos_, const float *sin_, size_t row0, size_t rows,
+                      size_t d, size_t l, size_t dims, int traditional);
