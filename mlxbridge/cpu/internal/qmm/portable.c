@@ -65,10 +65,6 @@ void qmm_prepare_x_natural(const qmm_w *w, const float *x, int ldx, int mb, floa
 	}
 }
 
-// The lane layout: a chunk is `lanes` words, lane j of it holding values j*S .. j*S+S-1
-// (S = 32/bits), and the kernels take value i of every lane at step i. So step i, lane j of
-// chunk c holds x[c*lanes*S + j*S + i], times 2^-(bits*i) to undo the position of the masked
-// value (except for the last value, which is shifted down). Zero past K.
 // One chunk of the lane layout (see qmm_prepare_x_lanes) from the values at xm, n of them
 // (n < LANES*S only in the final chunk), inlined with constant LANES and S so that the
 // loops unroll.
@@ -83,6 +79,7 @@ static inline __attribute__((always_inline)) void lanes_chunk(float *d, const fl
 	}
 }
 
+// One row of x in the lane layout: kp values from K (kp/(LANES*S) chunks).
 static void lanes_row(float *d, const float *xm, int K, int kp, const int LANES, const int S, const int bits) {
 	for (int c = 0; c < kp / (LANES * S); c++) {
 		int k0 = c * LANES * S, n = K - k0 < LANES * S ? (K - k0 > 0 ? K - k0 : 0) : LANES * S;
