@@ -51,6 +51,7 @@ type Sampler struct {
 	z   []float32 // penalized logits
 	w   []float64 // unnormalized probability of every token, 0 for the filtered out
 	tmp []int     // token ids of one top-p bucket
+	bk  []uint16  // each kept token's top-p bucket (see weigh)
 	ids *mx.Array // 0 … vocab−1 on the device (deviceIDs)
 
 	back    float64 // the last number a device draw took (uniform, unread)
@@ -132,8 +133,12 @@ func argmax(z []float32) int {
 // it; dropping all such tokens moves less than vocab·2e-22 of probability mass.
 const negligible = 50
 
-// bucketsPerNat sets top-p's histogram resolution (see weigh).
-const bucketsPerNat = 8
+// bucketsPerNat sets top-p's histogram resolution (see weigh), and buckets is its
+// size: a token d nats below the best is in bucket ⌊d·bucketsPerNat⌋.
+const (
+	bucketsPerNat = 8
+	buckets       = negligible*bucketsPerNat + 1
+)
 
 // weigh fills s.w with exp((z − max z)/T) for the tokens that survive top-k, top-p
 // and min-p, 0 for the rest, and returns their sum. Nothing is sorted whole: top-k
@@ -151,21 +156,40 @@ func (s *Sampler) weigh(z []float32) float64 {
 		s.w = make([]float64, len(z))
 	}
 	s.w = s.w[:len(z)]
+	w := s.w
+	nucleus := s.o.TopP > 0 && s.o.TopP < 1
+	var bk []uint16
+	if nucleus {
+		if cap(s.bk) < len(z) {
+			s.bk = make([]uint16, len(z))
+		}
+		bk = s.bk[:len(z)]
+	}
 	total := parallelSum(len(z), func(lo, hi int) float64 {
+		// Local slices: through s, every store to s.w reloaded it and checked its bounds.
+		zs, ws := z[lo:hi], w[lo:hi:hi]
+		var bs []uint16
+		if nucleus {
+			bs = bk[lo:hi:hi]
+		}
 		t := 0.0
-		for i := lo; i < hi; i++ {
-			d := float64(zmax-z[i]) * inv
-			if z[i] < cut || d >= negligible {
-				s.w[i] = 0
+		for i, v := range zs {
+			d := float64(zmax-v) * inv
+			if v < cut || d >= negligible {
+				ws[i] = 0
 				continue
 			}
-			s.w[i] = math.Exp(-d)
-			t += s.w[i]
+			e := expNeg(d)
+			ws[i] = e
+			t += e
+			if nucleus {
+				bs[i] = uint16(min(int(d*bucketsPerNat), buckets-1))
+			}
 		}
 		return t
 	})
-	if p := s.o.TopP; p > 0 && p < 1 {
-		total = s.nucleus(z, zmax, inv, p*total)
+	if nucleus {
+		total = s.nucleus(s.o.TopP * total)
 	}
 	if mp := s.o.MinP; mp > 0 {
 		// The best token weighs exp(0) = 1 and survives every filter.
@@ -180,33 +204,58 @@ func (s *Sampler) weigh(z []float32) float64 {
 	return total
 }
 
+// expNeg is e^−d for 0 ≤ d < negligible, within three ulp of math.Exp and faster (a
+// vocabulary's weights are most of a sampled token's time): with m = round(64·d/ln 2),
+// e^−d = 2^−⌊m/64⌋ · 2^−(m mod 64)/64 · e^−r, where |r| ≤ ln 2/128 and e^−r is its
+// Taylor series to r⁵ (truncation below 4e-17 relative). ln 2/64 is in two parts, so
+// m·ln 2/64 is exact; the 64 powers are a table.
+func expNeg(d float64) float64 {
+	const (
+		inv   = 64 * 1.44269504088896338700e+00
+		ln2hi = 6.93147180369123816490e-01 / 64
+		ln2lo = 1.90821492927058770002e-10 / 64
+	)
+	m := int64(d*inv + 0.5) // d ≥ 0: truncation rounds
+	fm := float64(m)
+	r := fm*ln2hi - d + fm*ln2lo // −r
+	p := ((((r*(1.0/120)+1.0/24)*r+1.0/6)*r+0.5)*r+1)*r + 1
+	return p * expNegTable[m&63] * math.Float64frombits(uint64(1023-(m>>6))<<52)
+}
+
+// expNegTable holds 2^(−j/64), j < 64.
+var expNegTable = func() (t [64]float64) {
+	for j := range t {
+		t[j] = math.Exp2(-float64(j) / 64)
+	}
+	return t
+}()
+
 // nucleus keeps the most likely tokens while the mass before each is below target
 // (so the token that crosses it stays, and always the best one), zeroes the rest of
-// s.w and returns the mass kept.
-func (s *Sampler) nucleus(z []float32, zmax float32, inv, target float64) float64 {
-	const nb = negligible*bucketsPerNat + 1
-	var mass [nb]float64
-	bucket := func(i int) int { return min(int(float64(zmax-z[i])*inv*bucketsPerNat), nb-1) }
-	for i, w := range s.w {
+// s.w and returns the mass kept. It reads the buckets weigh put in s.bk.
+func (s *Sampler) nucleus(target float64) float64 {
+	var mass [buckets]float64
+	ws, bk := s.w, s.bk[:len(s.w)]
+	for i, w := range ws {
 		if w > 0 {
-			mass[bucket(i)] += w
+			mass[bk[i]] += w
 		}
 	}
 	cross, below := 0, 0.0 // the bucket where the mass reaches target, and the mass before it
-	for cross < nb-1 && below+mass[cross] < target {
+	for cross < buckets-1 && below+mass[cross] < target {
 		below += mass[cross]
 		cross++
 	}
 	s.tmp = s.tmp[:0]
-	for i, w := range s.w {
+	for i, w := range ws {
 		if w == 0 {
 			continue
 		}
-		switch b := bucket(i); {
+		switch b := int(bk[i]); {
 		case b == cross:
 			s.tmp = append(s.tmp, i)
 		case b > cross:
-			s.w[i] = 0
+			ws[i] = 0
 		}
 	}
 	// Most likely first; equal weights in id order, like a stable sort of the vocabulary.

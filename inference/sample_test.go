@@ -185,3 +185,29 @@ func BenchmarkSampleQwenVocabulary(b *testing.B) {
 		})
 	}
 }
+
+// TestExpNeg checks the sampler's exponential against math.Exp over the range the
+// sampler uses it on, at its ends and at the rounding points of n.
+func TestExpNeg(t *testing.T) {
+	worst := 0.0
+	check := func(d float64) {
+		want := math.Exp(-d)
+		if e := math.Abs(expNeg(d)-want) / want; e > worst {
+			worst = e
+		}
+	}
+	for d := 0.0; d < negligible; d += 0.000731 {
+		check(d)
+	}
+	for k := range 2 * negligible {
+		h := (float64(k) + 0.5) * math.Ln2 // where d·log2e rounds the other way
+		check(h)
+		check(math.Nextafter(h, 0))
+		check(math.Nextafter(h, 100))
+	}
+	check(0)
+	check(math.Nextafter(negligible, 0))
+	if worst > 6.7e-16 {
+		t.Errorf("expNeg: worst relative error %.3g against math.Exp, want ≤ 6.7e-16 (3 ulp)", worst)
+	}
+}
