@@ -248,7 +248,7 @@ func (s *Sampler) nucleus(target float64) float64 {
 	}
 	s.tmp = s.tmp[:0]
 	for i, w := range ws {
-		if w == 0 {
+		if !(w > 0) { // 0, or NaN from NaN logits: left as they are
 			continue
 		}
 		switch b := int(bk[i]); {

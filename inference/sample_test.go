@@ -211,3 +211,21 @@ func TestExpNeg(t *testing.T) {
 		t.Errorf("expNeg: worst relative error %.3g against math.Exp, want ≤ 6.7e-16 (3 ulp)", worst)
 	}
 }
+
+// TestSampleNonFinite: logits with NaN or infinities (a broken model) give some token
+// in range under every filter, never a panic: top-p's buckets are only read for
+// finite, positive weights.
+func TestSampleNonFinite(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, row := range [][]float32{{nan, 1, 2}, {1, nan, 2}, {inf, 1, 2}, {-inf, -inf}, {nan, nan}, {1, inf, inf}} {
+		for _, o := range []SampleOptions{{Temperature: 0.7}, {Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopK: 2, MinP: 0.1},
+			{Temperature: 0.9, TopK: 50, TopP: 0.95, MinP: 0.02, RepetitionPenalty: 1.1}} {
+			s, _ := NewSampler(o)
+			for range 3 {
+				if tok := s.Sample(row, []int{0, 1}); tok < 0 || tok >= len(row) {
+					t.Fatalf("%v %+v: token %d", row, o, tok)
+				}
+			}
+		}
+	}
+}
