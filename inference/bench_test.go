@@ -176,8 +176,10 @@ func reportMachine(b *testing.B) {
 // decodeSteps decodes n greedy tokens after what s holds and returns the time per token.
 func decodeSteps(b *testing.B, s *Session, logits *mx.Array, n int) time.Duration {
 	start := time.Now()
+	var row []float32
 	for range n {
-		row, err := logits.Float32s()
+		var err error
+		row, err = logits.Float32sInto(row)
 		if err != nil {
 			b.Fatal(err)
 		}

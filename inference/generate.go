@@ -129,8 +129,10 @@ func Generate(ctx context.Context, sess *Session, prompt []int, opts GenerateOpt
 	limit := sess.m.cfg.MaxPositionEmbeddings
 	var decodeStart time.Time
 	steps := 0
+	var row []float32 // the logits, read into one buffer every step
 	for {
-		row, err := logits.Float32s()
+		var err error
+		row, err = logits.Float32sInto(row)
 		if err != nil {
 			return st, fmt.Errorf("inference: logits: %w", err)
 		}

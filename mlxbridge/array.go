@@ -285,6 +285,23 @@ func (a *Array) Float32s() ([]float32, error) {
 	return readback[float32](a, "Float32s", a != nil && a.dtype.IsFloat())
 }
 
+// Float32sInto is Float32s into dst's storage where it has the room (dst may be
+// nil), so a loop that reads an array every step (a decode loop's logits: 600 KB
+// for a 151,936-token vocabulary) reuses one buffer instead of making garbage and
+// faulting in fresh pages each time. The result may share dst's storage.
+func (a *Array) Float32sInto(dst []float32) ([]float32, error) {
+	if a == nil || a.Err() != nil || !a.dtype.IsFloat() {
+		return a.Float32s() // its error
+	}
+	r, ok := a.b.(FloatReader)
+	if !ok {
+		return a.Float32s()
+	}
+	d, err := r.Float32sInto(a, dst)
+	keepAlive(a)
+	return d, err
+}
+
 // Int32s copies an Int32 array out.
 func (a *Array) Int32s() ([]int32, error) {
 	return readback[int32](a, "Int32s", a != nil && a.dtype == Int32)

@@ -117,6 +117,11 @@ type (
 	// AsyncEvaluator is implemented by lazy backends that can compute arrays
 	// while the caller goes on: AsyncEval starts and returns.
 	AsyncEvaluator interface{ AsyncEval(xs ...*Array) error }
+	// FloatReader copies a float array out into dst's storage where it has the
+	// room (Array.Float32sInto), instead of into a new slice.
+	FloatReader interface {
+		Float32sInto(a *Array, dst []float32) ([]float32, error)
+	}
 	// Softmaxer computes softmax along the last axis.
 	Softmaxer interface {
 		Softmax(x *Array) (Handle, error)

@@ -19,6 +19,7 @@ func Run(t *testing.T, b mx.Backend) {
 	mx.SetDefault(b)
 	s := &suite{b: b}
 	t.Run("Values", s.values)
+	t.Run("ReadInto", s.readInto)
 	t.Run("Reference", s.reference)
 	t.Run("LowRank", s.lowRank)
 	t.Run("Concatenate", s.concatenate)

@@ -193,6 +193,11 @@ func (be *Backend) Data(a *mx.Array) (any, error) {
 	return append([]float32(nil), b.f...), nil
 }
 
+// Float32sInto is mx.FloatReader's: a float array copied into dst's storage.
+func (be *Backend) Float32sInto(a *mx.Array, dst []float32) ([]float32, error) {
+	return append(dst[:0], h(a).f...), nil
+}
+
 // Reshape shares the buffer: arrays are immutable and contiguous.
 func (be *Backend) Reshape(x *mx.Array, shape []int) (mx.Handle, error) { return raw(x), nil }
 
