@@ -157,9 +157,9 @@ func (s *Sampler) weigh(z []float32) float64 {
 	}
 	s.w = s.w[:len(z)]
 	w := s.w
-	nucleus := s.o.TopP > 0 && s.o.TopP < 1
+	topP := s.o.TopP > 0 && s.o.TopP < 1
 	var bk []uint16
-	if nucleus {
+	if topP {
 		if cap(s.bk) < len(z) {
 			s.bk = make([]uint16, len(z))
 		}
@@ -169,7 +169,7 @@ func (s *Sampler) weigh(z []float32) float64 {
 		// Local slices: through s, every store to s.w reloaded it and checked its bounds.
 		zs, ws := z[lo:hi], w[lo:hi:hi]
 		var bs []uint16
-		if nucleus {
+		if topP {
 			bs = bk[lo:hi:hi]
 		}
 		t := 0.0
@@ -182,13 +182,13 @@ func (s *Sampler) weigh(z []float32) float64 {
 			e := expNeg(d)
 			ws[i] = e
 			t += e
-			if nucleus {
+			if topP {
 				bs[i] = uint16(min(int(d*bucketsPerNat), buckets-1))
 			}
 		}
 		return t
 	})
-	if nucleus {
+	if topP {
 		total = s.nucleus(s.o.TopP * total)
 	}
 	if mp := s.o.MinP; mp > 0 {

@@ -187,7 +187,8 @@ func BenchmarkSampleQwenVocabulary(b *testing.B) {
 }
 
 // TestExpNeg checks the sampler's exponential against math.Exp over the range the
-// sampler uses it on, at its ends and at the rounding points of n.
+// sampler uses it on, at its ends and on both sides of every point where its
+// m = round(64·d/ln 2) steps.
 func TestExpNeg(t *testing.T) {
 	worst := 0.0
 	check := func(d float64) {
@@ -199,8 +200,8 @@ func TestExpNeg(t *testing.T) {
 	for d := 0.0; d < negligible; d += 0.000731 {
 		check(d)
 	}
-	for k := range 2 * negligible {
-		h := (float64(k) + 0.5) * math.Ln2 // where d·log2e rounds the other way
+	for k := 0; float64(k) < 64*negligible/math.Ln2; k++ {
+		h := (float64(k) + 0.5) * math.Ln2 / 64 // where 64·d/ln 2 rounds the other way
 		check(h)
 		check(math.Nextafter(h, 0))
 		check(math.Nextafter(h, 100))

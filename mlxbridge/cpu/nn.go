@@ -11,8 +11,9 @@ import (
 func (be *Backend) RMSNorm(x, w *mx.Array, eps float32) (mx.Handle, error) {
 	wf := h(w).f
 	d := len(wf)
-	out := newF(len(h(x).f)) // rmsNormRows writes every element
-	rmsNormRows(out, h(x).f, wf, d, eps)
+	src := h(x).f
+	out := newF(len(src)) // rmsNormRows writes every element
+	rmsNormRows(out, src, wf, d, eps)
 	if x.DType() == w.DType() {
 		roundTo(x.DType(), out)
 	}

@@ -2,12 +2,12 @@ package qmm
 
 import (
 	"fmt"
-	"github.com/inloop/inloop/mlxbridge/safetensors"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/inloop/inloop/mlxbridge/quant"
+	"github.com/inloop/inloop/mlxbridge/safetensors"
 )
 
 // qweights is a random quantized W (N, K) and its dequantized values, the reference.
