@@ -136,6 +136,7 @@ void qmm_half_gemv_t_portable(const uint16_t *w, int K, int f16, const float *x,
 
 // Float32 W (N, K): out[n] = w_n . x for n in [n0, n1), one row at a time (rows.c).
 void qmm_rows(const float *w, int K, const float *x, int n0, int n1, float *out);
+void qmm_rows_policy(int nta); // tests: 1 non-temporal prefetches, 0 into L2, -1 by processor
 void qmm_rows_portable(const float *w, int K, const float *x, int n0, int n1, float *out);
 
 // Benchmark helper: sums n floats, to measure the machine's read bandwidth.

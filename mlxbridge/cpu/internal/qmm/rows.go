@@ -20,3 +20,7 @@ func MatVecT(out, x, w []float32, N, K int) {
 		C.qmm_rows(fp(w), C.int(K), fp(x), C.int(n0), C.int(n1), fp(out))
 	})
 }
+
+// rowsPolicy forces qmm_rows's prefetches for tests: 1 non-temporal, 0 into L2, -1 the
+// processor's own (rows.c).
+func rowsPolicy(nta int) { C.qmm_rows_policy(C.int(nta)) }

@@ -12,6 +12,14 @@ import (
 
 func TestMatVecT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
+	defer rowsPolicy(-1)
+	for _, nta := range []int{1, 0} { // the prefetches change no bits: the same checks pass under both
+		rowsPolicy(nta)
+		t.Run(map[int]string{1: "nta", 0: "l2"}[nta], func(t *testing.T) { testMatVecT(t, rng) })
+	}
+}
+
+func testMatVecT(t *testing.T, rng *rand.Rand) {
 	forEachLevel(t, func(t *testing.T) {
 		for _, s := range [][2]int{{1, 1}, {3, 7}, {5, 16}, {9, 33}, {33, 64}, {70, 100}, {130, 100}, {130, 576}, {2103, 1024}} { // the last past streamedMin: chunks
 			N, K := s[0], s[1]
