@@ -71,6 +71,7 @@ int qmm_gemm_t_i8(const qmm_w *w, const int8_t *xq, const float *xs, const float
 // m < M and n in [n0, n1), the M rows of x rounded one after another, each K values padded to
 // an even count; it returns -1 (doing nothing) where it cannot allocate its panels, else 0.
 int qmm_cpu_bf16(void);
+int qmm_cpu_intel(void); // an Intel processor, where the kernel does not pay (half.go)
 void qmm_round_bf16(const float *x, long n, uint16_t *xb);
 int qmm_gemm_t_bf16(const uint16_t *w, int K, const uint16_t *xb, int M, int n0, int n1, float *out, int ldo);
 
