@@ -134,7 +134,7 @@ func (f *wsFlags) addDTypeFlag(fs *flag.FlagSet) {
 	f.dtype = fs.String("dtype", "float32", "type to load the model and compute in: "+inference.DTypeNames+"; auto computes as mlx-lm does")
 	f.int8Decode = fs.Bool("int8-decode", false, "decode 4- and 8-bit models on activations rounded to 8 bits, with integer dot products as llama.cpp does: faster on x86-64 CPUs (cpu backend), not exact (off: decoding matches mlx-lm's)")
 	f.int8Prefill = fs.Bool("int8-prefill", false, "read prompts of 4- and 8-bit models on activations rounded to 8 bits, with integer dot products: faster on x86-64 CPUs with AVX-512 VNNI (cpu backend), not exact (off: prefill matches mlx-lm's)")
-	f.bf16Prefill = fs.Bool("bf16-prefill", false, "read prompts of bfloat16 models (loaded as float32, weights kept at 16 bits) on activations rounded to bfloat16, with bfloat16 dot products: faster on CPUs with AVX-512 BF16 (cpu backend), not exact (off: prefill matches the widened weights')")
+	f.bf16Prefill = fs.Bool("bf16-prefill", false, "read prompts of bfloat16 models (loaded as float32, weights kept at 16 bits) on activations rounded to bfloat16, with bfloat16 dot products: faster on AMD CPUs with AVX-512 BF16 (Zen 4 and later; cpu backend), not exact (off: prefill matches the widened weights')")
 }
 
 func (f wsFlags) open(ctx context.Context) (*Workspace, error) {
@@ -184,7 +184,7 @@ func doctor(e *env, args []string) error {
 	if mx.HasBF16Rows(b) {
 		fmt.Fprintln(stdout, "--bf16-prefill: runs here (bfloat16 models read prompts on bfloat16 dot products)")
 	} else {
-		fmt.Fprintln(stdout, "--bf16-prefill: no bfloat16 dot products on this backend; prompts are read exactly")
+		fmt.Fprintln(stdout, "--bf16-prefill: no bfloat16 dot products faster than float32 ones on this backend; prompts are read exactly")
 	}
 	// A tiny real computation with a known answer and a gradient, so a broken BLAS
 	// or backend shows up here rather than as a strange training curve.
