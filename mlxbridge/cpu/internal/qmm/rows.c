@@ -137,14 +137,14 @@ __attribute__((target("avx2,fma"))) INLINE void rows_avx2(const float *w, int K,
 }
 
 // The two policies' entry points.
-#define ROWS(name, isa)                                                                                  \
-	__attribute__((target(isa))) static void name##_nta(const float *w, int K, const float *x, int n0,  \
-	                                                       int n1, float *out) {                           \
-		name(w, K, x, n0, n1, out, 1);                                                                  \
-	}                                                                                                       \
-	__attribute__((target(isa))) static void name##_l2(const float *w, int K, const float *x, int n0,   \
-	                                                      int n1, float *out) {                            \
-		name(w, K, x, n0, n1, out, 0);                                                                  \
+#define ROWS(name, isa)                                                                                    \
+	__attribute__((target(isa))) static void name##_nta(const float *w, int K, const float *x, int n0, \
+	                                                       int n1, float *out) {                       \
+		name(w, K, x, n0, n1, out, 1);                                                             \
+	}                                                                                                  \
+	__attribute__((target(isa))) static void name##_l2(const float *w, int K, const float *x, int n0,  \
+	                                                      int n1, float *out) {                        \
+		name(w, K, x, n0, n1, out, 0);                                                             \
 	}
 ROWS(rows_streams4, "avx512f,avx2,fma")
 ROWS(rows_avx2, "avx2,fma")
