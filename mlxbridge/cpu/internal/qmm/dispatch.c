@@ -23,6 +23,19 @@ int qmm_simd(void) {
 #endif
 }
 
+int qmm_cpu_amd(void) {
+#ifdef QMM_X86
+	static int amd = -1;
+	if (amd < 0) {
+		__builtin_cpu_init();
+		amd = __builtin_cpu_is("amd");
+	}
+	return amd;
+#else
+	return 0;
+#endif
+}
+
 // Which kernel family runs the matrix-vector product for these weights: the lane kernels
 // for 2, 4 and 8 bits (AVX-512 at level 2, AVX2 at 1, portable C at 0), which read x in the
 // lane layout; for other widths the natural-order AVX2 kernel (3) or portable C (0), which

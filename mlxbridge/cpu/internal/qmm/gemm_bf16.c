@@ -32,11 +32,6 @@ int qmm_cpu_bf16(void) {
 	       __builtin_cpu_supports("avx512bf16");
 }
 
-int qmm_cpu_intel(void) {
-	__builtin_cpu_init();
-	return __builtin_cpu_is("intel");
-}
-
 // x (n values) rounded to bfloat16, to nearest with ties to even (a NaN stays a NaN); xb
 // gets n values, and one zero after them when n is odd, so pairs are whole.
 TARGET void qmm_round_bf16(const float *x, long n, uint16_t *xb) {
@@ -159,7 +154,6 @@ TARGET int qmm_gemm_t_bf16(const uint16_t *w, int K, const uint16_t *xb, int M, 
 }
 #else
 int qmm_cpu_bf16(void) { return 0; }
-int qmm_cpu_intel(void) { return 0; }
 void qmm_round_bf16(const float *x, long n, uint16_t *xb) {}
 int qmm_gemm_t_bf16(const uint16_t *w, int K, const uint16_t *xb, int M, int n0, int n1, float *out, int ldo) {
 	return -1;

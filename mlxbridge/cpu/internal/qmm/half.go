@@ -148,7 +148,7 @@ func HasBF16Rows() bool { return simdLevel() >= 2 && bf16Dot() && (bf16Pays() ||
 
 var (
 	bf16Dot  = sync.OnceValue(func() bool { return C.qmm_cpu_bf16() != 0 })
-	bf16Pays = sync.OnceValue(func() bool { return C.qmm_cpu_intel() == 0 })
+	bf16Pays = sync.OnceValue(func() bool { return C.qmm_cpu_amd() != 0 })
 	// bf16Forced runs the kernel where it does not pay, for its tests and benchmarks.
 	bf16Forced bool
 )

@@ -24,6 +24,9 @@ typedef struct {
 // the level at l (-1: no cap), so tests can cover every path on one machine.
 int qmm_simd(void);
 void qmm_limit_simd(int level);
+// An AMD processor: where the float32 decode kernel prefetches non-temporally (rows.c) and
+// the bfloat16 dot-product kernel pays (half.go), both measured against Intel.
+int qmm_cpu_amd(void);
 
 // Matrix-vector products out[m*ldo + n] = sum_k x[m][k] * w[n][k] for m < mb <= 4 and
 // n in [n0, n1). The x rows must first go through qmm_prepare_x, which lays them out for the
@@ -71,7 +74,6 @@ int qmm_gemm_t_i8(const qmm_w *w, const int8_t *xq, const float *xs, const float
 // m < M and n in [n0, n1), the M rows of x rounded one after another, each K values padded to
 // an even count; it returns -1 (doing nothing) where it cannot allocate its panels, else 0.
 int qmm_cpu_bf16(void);
-int qmm_cpu_intel(void); // an Intel processor, where the kernel does not pay (half.go)
 void qmm_round_bf16(const float *x, long n, uint16_t *xb);
 int qmm_gemm_t_bf16(const uint16_t *w, int K, const uint16_t *xb, int M, int n0, int n1, float *out, int ldo);
 

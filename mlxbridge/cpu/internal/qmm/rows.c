@@ -155,15 +155,7 @@ static int rows_forced = -1;
 
 void qmm_rows_policy(int nta) { rows_forced = nta; }
 
-static int rows_policy(void) {
-	static int nta = -1;
-	if (rows_forced >= 0) return rows_forced;
-	if (nta < 0) {
-		__builtin_cpu_init();
-		nta = __builtin_cpu_is("amd");
-	}
-	return nta;
-}
+static int rows_policy(void) { return rows_forced >= 0 ? rows_forced : qmm_cpu_amd(); }
 #else
 void qmm_rows_policy(int nta) { (void)nta; }
 #endif
