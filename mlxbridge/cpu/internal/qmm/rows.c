@@ -42,12 +42,11 @@ void qmm_rows_portable(const float *w, int K, const float *x, int n0, int n1, fl
 // pf_w prefetches a line of W ahead of p, the line being read: non-temporal where nta, else
 // into L2. The kernels below take nta as a constant (their callers are rows_streams4_nta and
 // friends), so each policy compiles to its own loop.
-#define AHEAD(nta) ((nta) ? 4096 : 8192)
 #define INLINE static inline __attribute__((always_inline))
 
 INLINE void pf_w(const char *p, int nta) {
-	if (nta) _mm_prefetch(p + AHEAD(1), _MM_HINT_NTA);
-	else _mm_prefetch(p + AHEAD(0), _MM_HINT_T1);
+	if (nta) _mm_prefetch(p + 4096, _MM_HINT_NTA);
+	else _mm_prefetch(p + 8192, _MM_HINT_T1);
 }
 
 __attribute__((target("avx512f,avx2,fma"))) INLINE void rows_avx512(const float *w, int K, const float *x, int n0,
